@@ -1,0 +1,96 @@
+"""Command line: `python -m suite run|validate|list`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from suite.errors import SuiteError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("task", help="task YAML, e.g. tasks/rte.yaml")
+    p.add_argument("--model", help="alias, local folder or hub id (default: the task's model)")
+    p.add_argument("--sweep", help="sweep YAML (default: the task's sweep)")
+    p.add_argument("--profile", default="default", help="smoke | default | full (from the YAML)")
+    p.add_argument("--data-dir", help="benchmark data folder (default: $SUITE_DATA_DIR)")
+    p.add_argument("--out", default="runs", help="runs folder (default: runs)")
+    p.add_argument("--size", action="append", help="small-data size(s) instead of the task's")
+    p.add_argument("--seeds", type=int, help="replicates (independent) or init=order (crossed)")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
+    p.add_argument("--offline", action="store_true", help="never contact the Hugging Face hub")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="suite", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run_args(sub.add_parser("run", help="run a task's study end to end"))
+    validate = sub.add_parser("validate", help="check task and sweep YAMLs (every profile)")
+    validate.add_argument("paths", nargs="*", help="YAML files (default: tasks/ and sweeps/)")
+    sub.add_parser("list", help="list tasks, models and sweeps")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            from suite.runner import run
+
+            run(args)
+        elif args.command == "validate":
+            return validate(args.paths)
+        elif args.command == "list":
+            list_all()
+    except SuiteError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    return 0
+
+
+def _yaml_files(paths: list[str]) -> list[Path]:
+    if paths:
+        return [Path(p) for p in paths]
+    return sorted((REPO / "tasks").glob("*.yaml")) + sorted((REPO / "sweeps").glob("*.yaml"))
+
+
+def validate(paths: list[str]) -> int:
+    from suite.spec import load_sweep, load_task, profile_names, read_yaml
+
+    bad = 0
+    for path in _yaml_files(paths):
+        try:
+            is_task = "head" in read_yaml(path)
+            load = load_task if is_task else load_sweep
+            load(path, None)
+            for profile in profile_names(path):
+                load(path, profile)
+            print(f"ok    {path}")
+        except SuiteError as err:
+            print(f"error: {err}", file=sys.stderr)
+            bad += 1
+    return 2 if bad else 0
+
+
+def list_all() -> None:
+    from suite.models import ALIASES
+    from suite.spec import load_sweep, load_task
+
+    print("tasks:")
+    for path in sorted((REPO / "tasks").glob("*.yaml")):
+        t = load_task(path, None)
+        sizes = ", ".join(map(str, t.sizes))
+        print(f"  {path.relative_to(REPO)}  {t.head}  {t.metric.main}  sizes [{sizes}]")
+    print("models:")
+    for alias, target in ALIASES.items():
+        print(f"  {alias}  {'bundled offline model' if callable(target) else target}")
+    print("sweeps:")
+    for path in sorted((REPO / "sweeps").glob("*.yaml")):
+        s = load_sweep(path, None)
+        print(f"  {path.relative_to(REPO)}  {json.dumps(s.hparams.model_dump())}")

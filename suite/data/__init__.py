@@ -1,0 +1,1 @@
+"""Data: read task files, draw seeded small-data subsamples, tokenize once and cache."""

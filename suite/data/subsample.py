@@ -1,0 +1,35 @@
+"""Seeded small-data subsamples, stratified by label (never the first n rows)."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+
+
+def subsample_indices(
+    n_total: int, size: int | str, seed: int, strata: np.ndarray | None = None
+) -> np.ndarray:
+    """Indices of a `size`-example subsample drawn with `seed`, sorted.
+
+    With `strata` (class labels, or quantile bins of a regression target) the class
+    proportions of the full set are kept; classes too rare to stratify fall back to a
+    plain seeded draw.
+    """
+    if size == "full" or int(size) >= n_total:
+        return np.arange(n_total)
+    everything = np.arange(n_total)
+    if strata is not None:
+        try:
+            chosen, _ = train_test_split(
+                everything, train_size=int(size), stratify=strata, random_state=seed
+            )
+            return np.sort(chosen)
+        except ValueError:  # a class with fewer members than needed for a split
+            pass
+    return np.sort(np.random.default_rng(seed).choice(n_total, int(size), replace=False))
+
+
+def regression_strata(values: np.ndarray, bins: int = 5) -> np.ndarray:
+    """Quantile bins of a continuous target, so a subsample keeps its spread."""
+    edges = np.quantile(values, np.linspace(0, 1, bins + 1)[1:-1])
+    return np.digitize(values, edges)

@@ -1,0 +1,1 @@
+"""Task heads as LightningModules over any Hugging Face encoder."""

@@ -1,0 +1,74 @@
+"""What every head shares: the encoder, the optimizer and schedule, and the trial record
+(loss curve, token counts, per-epoch dev metrics)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning as L
+import torch
+from transformers import PreTrainedModel, get_linear_schedule_with_warmup
+
+from suite.errors import TrialDiverged
+from suite.models import encoder_inputs
+from suite.optim import make_optimizer
+from suite.spec import HParams
+
+
+class EncoderModule(L.LightningModule):
+    """Subclasses build their head in `__init__` and implement `loss`, `validation_step`
+    and `epoch_metrics`."""
+
+    def __init__(self, encoder: PreTrainedModel, hparams: HParams) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.train_hparams = hparams
+        self.loss_curve: list[float] = []
+        self.history: list[dict[str, Any]] = []
+        self.tokens = {"real": 0, "padded": 0}
+
+    @property
+    def hidden_size(self) -> int:
+        return self.encoder.config.hidden_size
+
+    @property
+    def head_dropout(self) -> float:
+        config = self.encoder.config
+        for name in ("classifier_dropout", "hidden_dropout_prob", "dropout", "embedding_dropout"):
+            if isinstance(getattr(config, name, None), float):
+                return getattr(config, name)
+        return 0.1
+
+    def encode(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Last hidden states, [batch, seq, hidden]."""
+        return self.encoder(**encoder_inputs(self.encoder, batch)).last_hidden_state
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def epoch_metrics(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self.loss(batch)
+        value = loss.item()
+        if not math.isfinite(value):
+            raise TrialDiverged(f"non-finite training loss ({value}) at step {self.global_step}")
+        self.loss_curve.append(round(value, 5))
+        self.tokens["real"] += int(batch["attention_mask"].sum())
+        self.tokens["padded"] += batch["attention_mask"].numel()
+        return loss
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            return
+        metrics = self.epoch_metrics()
+        self.history.append({"epoch": self.current_epoch + 1, **metrics})
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        h = self.train_hparams
+        optimizer = make_optimizer(self, h.lr, h.weight_decay, h.bias_correction)
+        total = int(self.trainer.estimated_stepping_batches)
+        schedule = get_linear_schedule_with_warmup(optimizer, round(h.warmup_ratio * total), total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -1,0 +1,60 @@
+"""Dev-set metrics on their natural scale: scores in [0, 1], correlations in [-1, 1].
+
+Tables and the gap to reported numbers multiply by 100, as papers print them.
+
+Classification metrics come from scikit-learn and scipy; each head adds its own names to
+`METRICS_BY_HEAD` so a spec can be checked without importing the heads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from scipy import stats
+from sklearn import metrics as skm
+
+Metric = Callable[[np.ndarray, np.ndarray], float]
+
+
+def _pearson(y: np.ndarray, p: np.ndarray) -> float:
+    return 0.0 if np.std(p) == 0 or np.std(y) == 0 else float(stats.pearsonr(y, p)[0])
+
+
+def _spearman(y: np.ndarray, p: np.ndarray) -> float:
+    return 0.0 if np.std(p) == 0 or np.std(y) == 0 else float(stats.spearmanr(y, p)[0])
+
+
+CLASSIFICATION: dict[str, Metric] = {
+    "accuracy": lambda y, p: skm.accuracy_score(y, p),
+    # Binary F1 of the positive class (label index 1), as GLUE reports MRPC; macro for more classes.
+    "f1": lambda y, p: skm.f1_score(y, p, average="binary" if max(y.max(), p.max()) <= 1 else "macro"),
+    "matthews": lambda y, p: skm.matthews_corrcoef(y, p),
+}
+REGRESSION: dict[str, Metric] = {"pearson": _pearson, "spearman": _spearman}
+
+METRICS_BY_HEAD: dict[str, set[str]] = {
+    "classification": set(CLASSIFICATION) | set(REGRESSION),
+    "tagging": {"entity_f1", "entity_f1_strict", "precision", "recall"},
+    "span": {"exact_match", "f1"},
+}
+
+
+def classification_scores(
+    names: Sequence[str], labels: np.ndarray, predictions: np.ndarray
+) -> dict[str, float]:
+    """A regression head passes continuous predictions."""
+    table = {**CLASSIFICATION, **REGRESSION}
+    return {name: float(table[name](labels, predictions)) for name in names}
+
+
+def trivial_baseline(
+    names: Sequence[str], train_labels: np.ndarray, dev_labels: np.ndarray, regression: bool
+) -> dict[str, float]:
+    """What a model that ignores its input scores: the train-majority class (classification)
+    or the train mean (regression) predicted for every dev example."""
+    if regression:
+        constant = np.full(len(dev_labels), float(np.mean(train_labels)))
+    else:
+        constant = np.full(len(dev_labels), np.bincount(train_labels).argmax())
+    return classification_scores(names, dev_labels, constant)

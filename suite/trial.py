@@ -1,0 +1,142 @@
+"""One trial: one fine-tuning run (task, model, size, hyperparameters, three seeds) ->
+a record with per-epoch dev metrics, loss curve, wall time, tokens and failure verdict."""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import lightning as L
+import torch
+
+from suite.data.module import FeatureDataModule
+from suite.errors import TrialDiverged
+from suite.heads.registry import PreparedTask
+from suite.models import load_encoder
+from suite.spec import HParams, Size
+
+# Lightning sets its loggers to INFO on import; a study prints its own progress and summary.
+logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+logging.getLogger("lightning.fabric").setLevel(logging.ERROR)
+warnings.filterwarnings("ignore", module=r"lightning\..*")
+
+
+@dataclass(frozen=True)
+class Seeds:
+    init: int  # the new head's weights
+    order: int  # training data order and dropout masks
+    subsample: int  # which training examples a small-data size draws
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    size: Size
+    hparams: HParams
+    seeds: Seeds
+
+    @property
+    def key(self) -> str:
+        """Identifies a planned run; a study runs each key exactly once."""
+        h = self.hparams.model_dump()
+        setting = ",".join(f"{k}={h[k]}" for k in sorted(h))
+        s = self.seeds
+        return f"size={self.size}|{setting}|init={s.init},order={s.order},subsample={s.subsample}"
+
+
+def run_trial(
+    task: PreparedTask, model: str, plan: TrialPlan, progress: bool = False
+) -> dict[str, Any]:
+    """Train and evaluate; never raises for a failed run, returns it marked as failed."""
+    record: dict[str, Any] = {
+        "key": plan.key,
+        "task": task.spec.name,
+        "model": model,
+        "size": plan.size,
+        "hparams": plan.hparams.model_dump(),
+        "seeds": asdict(plan.seeds),
+        "threads": torch.get_num_threads(),
+        "metric": task.spec.metric.main,
+        "baseline": task.baseline[task.spec.metric.main],
+    }
+    start = time.perf_counter()
+    module = None
+    try:
+        module = _fit(task, model, plan, progress, record)
+    except TrialDiverged as err:
+        record.update(failed=True, reason=f"diverged: {err}")
+    except Exception as err:  # any crash is a recorded failed run; the study goes on
+        frame = traceback.extract_tb(err.__traceback__)[-1]
+        where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
+        record.update(failed=True, reason=f"error: {type(err).__name__}: {err} ({where})")
+    record["wall_time_s"] = round(time.perf_counter() - start, 3)
+    _finish(task, record, module)
+    return record
+
+
+def _fit(
+    task: PreparedTask, model: str, plan: TrialPlan, progress: bool, record: dict[str, Any]
+) -> Any:
+    data = task.data
+    train_idx = data.train_indices(plan.size, plan.seeds.subsample)
+    train = data.features("train", train_idx)
+    dev = data.features("validation", data.dev_indices())
+    record.update(n_train=len(train), n_dev=len(dev))
+
+    torch.manual_seed(plan.seeds.init)  # the head's initial weights
+    module = task.build_module(load_encoder(model), plan.hparams)
+    torch.manual_seed(plan.seeds.order)  # dropout masks
+    datamodule = FeatureDataModule(
+        train, dev, plan.hparams.batch_size, plan.seeds.order, task.collate
+    )
+    record["module"] = module  # partial results survive a crash mid-training
+    trainer = L.Trainer(
+        max_epochs=plan.hparams.epochs,
+        accelerator="cpu",
+        devices=1,
+        precision="32-true",
+        gradient_clip_val=plan.hparams.max_grad_norm,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=progress,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(module, datamodule=datamodule)
+    return module
+
+
+def _finish(task: PreparedTask, record: dict[str, Any], module: Any) -> None:
+    """Copy the module's record out and judge the run by the task's failure rule."""
+    module = record.pop("module", module)
+    if module is not None:
+        record.update(
+            epochs=module.history, loss_curve=module.loss_curve, tokens=dict(module.tokens)
+        )
+    record.setdefault("epochs", [])
+    final = record["epochs"][-1] if record["epochs"] else {}
+    record["score"] = final.get(task.spec.metric.main)
+    record["scores"] = {k: v for k, v in final.items() if k != "epoch"}
+    if record.get("failed"):
+        return
+    failed, reason = judge(task, record["score"])
+    record.update(failed=failed, reason=reason)
+
+
+def judge(task: PreparedTask, score: float | None) -> tuple[bool, str | None]:
+    """The failure rule of DESIGN.md section 4, from the task's `failure:` block."""
+    rule, spec = task.spec.failure, task.spec
+    if score is None:
+        return True, "no dev score was produced"
+    if rule.rule == "threshold":
+        if score < rule.threshold:
+            return True, f"dev {spec.metric.main} {score:.4f} below the threshold {rule.threshold}"
+        return False, None
+    base = task.baseline[spec.metric.main]
+    worse = score <= base + rule.margin if spec.metric.higher_is_better else score >= base - rule.margin
+    if worse:
+        return True, f"dev {spec.metric.main} {score:.4f} no better than the trivial baseline {base:.4f}"
+    return False, None
