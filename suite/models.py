@@ -10,8 +10,11 @@ from typing import Any
 
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
+from transformers.utils import logging as hf_logging
 
 from suite.errors import ModelError
+
+hf_logging.disable_progress_bar()  # a study shows its own trial progress
 
 
 def _bundled_minilm() -> str:

@@ -79,8 +79,13 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _write_run_info(
-    path: Path, task: TaskSpec, sweep: SweepSpec, args: argparse.Namespace, model: str,
-    revision: str | None, prepared: Any,
+    path: Path,
+    task: TaskSpec,
+    sweep: SweepSpec,
+    args: argparse.Namespace,
+    model: str,
+    revision: str | None,
+    prepared: Any,
 ) -> None:
     import transformers
 

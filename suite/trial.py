@@ -47,9 +47,7 @@ class TrialPlan:
         return f"size={self.size}|{setting}|init={s.init},order={s.order},subsample={s.subsample}"
 
 
-def run_trial(
-    task: PreparedTask, model: str, plan: TrialPlan, progress: bool = False
-) -> dict[str, Any]:
+def run_trial(task: PreparedTask, model: str, plan: TrialPlan, progress: bool = False) -> dict[str, Any]:
     """Train and evaluate; never raises for a failed run, returns it marked as failed."""
     record: dict[str, Any] = {
         "key": plan.key,
@@ -77,9 +75,7 @@ def run_trial(
     return record
 
 
-def _fit(
-    task: PreparedTask, model: str, plan: TrialPlan, progress: bool, record: dict[str, Any]
-) -> Any:
+def _fit(task: PreparedTask, model: str, plan: TrialPlan, progress: bool, record: dict[str, Any]) -> Any:
     data = task.data
     train_idx = data.train_indices(plan.size, plan.seeds.subsample)
     train = data.features("train", train_idx)
@@ -89,9 +85,7 @@ def _fit(
     torch.manual_seed(plan.seeds.init)  # the head's initial weights
     module = task.build_module(load_encoder(model), plan.hparams)
     torch.manual_seed(plan.seeds.order)  # dropout masks
-    datamodule = FeatureDataModule(
-        train, dev, plan.hparams.batch_size, plan.seeds.order, task.collate
-    )
+    datamodule = FeatureDataModule(train, dev, plan.hparams.batch_size, plan.seeds.order, task.collate)
     record["module"] = module  # partial results survive a crash mid-training
     trainer = L.Trainer(
         max_epochs=plan.hparams.epochs,
@@ -113,9 +107,7 @@ def _finish(task: PreparedTask, record: dict[str, Any], module: Any) -> None:
     """Copy the module's record out and judge the run by the task's failure rule."""
     module = record.pop("module", module)
     if module is not None:
-        record.update(
-            epochs=module.history, loss_curve=module.loss_curve, tokens=dict(module.tokens)
-        )
+        record.update(epochs=module.history, loss_curve=module.loss_curve, tokens=dict(module.tokens))
     record.setdefault("epochs", [])
     final = record["epochs"][-1] if record["epochs"] else {}
     record["score"] = final.get(task.spec.metric.main)
@@ -138,5 +130,8 @@ def judge(task: PreparedTask, score: float | None) -> tuple[bool, str | None]:
     base = task.baseline[spec.metric.main]
     worse = score <= base + rule.margin if spec.metric.higher_is_better else score >= base - rule.margin
     if worse:
-        return True, f"dev {spec.metric.main} {score:.4f} no better than the trivial baseline {base:.4f}"
+        return (
+            True,
+            f"dev {spec.metric.main} {score:.4f} no better than the trivial baseline {base:.4f}",
+        )
     return False, None

@@ -97,7 +97,4 @@ class ClassificationData:
         )
         labels = self.labels[split][indices]
         keys = list(encoded.keys())
-        return [
-            {**{k: encoded[k][i] for k in keys}, "labels": labels[i].item()}
-            for i in range(len(indices))
-        ]
+        return [{**{k: encoded[k][i] for k in keys}, "labels": labels[i].item()} for i in range(len(indices))]

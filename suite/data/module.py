@@ -35,7 +35,10 @@ class FeatureDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         order = torch.Generator().manual_seed(self.order_seed)
         return DataLoader(
-            self.train, batch_size=self.batch_size, shuffle=True, generator=order,
+            self.train,
+            batch_size=self.batch_size,
+            shuffle=True,
+            generator=order,
             collate_fn=self.collate,
         )
 

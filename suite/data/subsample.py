@@ -20,9 +20,7 @@ def subsample_indices(
     everything = np.arange(n_total)
     if strata is not None:
         try:
-            chosen, _ = train_test_split(
-                everything, train_size=int(size), stratify=strata, random_state=seed
-            )
+            chosen, _ = train_test_split(everything, train_size=int(size), stratify=strata, random_state=seed)
             return np.sort(chosen)
         except ValueError:  # a class with fewer members than needed for a split
             pass

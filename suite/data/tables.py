@@ -61,6 +61,4 @@ def read_hub_split(path: str, name: str | None, revision: str | None, split: str
 
 def require_columns(rows: list[Row], names: list[str], path: str, task: str) -> None:
     if rows and (missing := [n for n in names if n not in rows[0]]):
-        raise DataError(
-            f"task {task}: {path}: no column {missing[0]!r} (columns: {', '.join(rows[0])})"
-        )
+        raise DataError(f"task {task}: {path}: no column {missing[0]!r} (columns: {', '.join(rows[0])})")

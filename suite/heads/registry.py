@@ -29,7 +29,10 @@ class PreparedTask:
     def build_module(self, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
         spec = self.spec
         return ClassificationModule(
-            encoder, hparams, self.data.num_labels, [spec.metric.main, *spec.metric.extra],
+            encoder,
+            hparams,
+            self.data.num_labels,
+            [spec.metric.main, *spec.metric.extra],
             regression=spec.regression,
         )
 

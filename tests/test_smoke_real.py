@@ -1,0 +1,34 @@
+"""The README's smoke command on real RTE with the bundled MiniLM (about a minute)."""
+
+import json
+from pathlib import Path
+
+from suite.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _smoke(out: Path, data: Path) -> list[dict]:
+    args = [
+        "run",
+        str(REPO / "tasks/rte.yaml"),
+        "--profile",
+        "smoke",
+        "--out",
+        str(out),
+        "--data-dir",
+        str(data),
+        "--quiet",
+    ]
+    assert main(args) == 0
+    return [json.loads(line) for line in (out / "rte" / "minilm-l6" / "trials.jsonl").open()]
+
+
+def test_rte_smoke_is_reproducible_into_a_new_folder(tmp_path: Path, shared_data: Path) -> None:
+    first = _smoke(tmp_path / "a", shared_data)
+    assert len(first) >= 3
+    assert len({(r["seeds"]["init"], r["seeds"]["order"]) for r in first}) == len(first)
+    assert all(0.0 <= r["score"] <= 1.0 for r in first)
+    assert all(r["n_train"] == 64 and r["n_dev"] == 277 for r in first)
+    second = _smoke(tmp_path / "b", shared_data)
+    assert [r["epochs"] for r in second] == [r["epochs"] for r in first]

@@ -1,0 +1,79 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from suite.cli import main
+from suite.errors import SpecError
+from suite.spec import load_sweep, load_task, profile_names
+
+REPO = Path(__file__).resolve().parent.parent
+TASKS = sorted((REPO / "tasks").glob("*.yaml"))
+SWEEPS = sorted((REPO / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", TASKS + SWEEPS, ids=lambda p: p.name)
+def test_every_shipped_yaml_validates_in_every_profile(path: Path) -> None:
+    load = load_task if path.parent.name == "tasks" else load_sweep
+    assert load(path, None).name
+    for profile in profile_names(path):
+        load(path, profile)
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# python -m suite run "), "header comment gives the command"
+
+
+def test_validate_command_accepts_shipped_files(capsys: pytest.CaptureFixture) -> None:
+    assert main(["validate"]) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+def _edited(tmp_path: Path, source: Path, edit) -> Path:  # noqa: ANN001
+    raw = yaml.safe_load(source.read_text())
+    edit(raw)
+    target = tmp_path / source.name
+    target.write_text(yaml.safe_dump(raw))
+    return target
+
+
+def test_unknown_field_names_file_and_field(tmp_path: Path) -> None:
+    path = _edited(tmp_path, REPO / "tasks/rte.yaml", lambda r: r["data"].update(txt=["a"]))
+    with pytest.raises(SpecError, match=r"rte\.yaml: field 'data\.txt': Extra inputs"):
+        load_task(path)
+
+
+def test_bad_value_names_field(tmp_path: Path) -> None:
+    path = _edited(tmp_path, REPO / "tasks/rte.yaml", lambda r: r.update(head="pooling"))
+    with pytest.raises(SpecError, match=r"field 'head'"):
+        load_task(path)
+
+
+def test_unknown_metric_is_rejected(tmp_path: Path) -> None:
+    path = _edited(tmp_path, REPO / "tasks/rte.yaml", lambda r: r["metric"].update(main="bleu"))
+    with pytest.raises(SpecError, match="unknown metric 'bleu'"):
+        load_task(path)
+
+
+def test_sweep_profile_overrides_and_unknown_profile() -> None:
+    base = load_sweep(REPO / "sweeps/seeds.yaml", None)
+    smoke = load_sweep(REPO / "sweeps/seeds.yaml", "smoke")
+    assert smoke.hparams.epochs == 1 and base.hparams.epochs > 1
+    assert smoke.hparams.batch_size == base.hparams.batch_size  # deep merge keeps the rest
+    with pytest.raises(SpecError, match="no profile 'huge'"):
+        load_sweep(REPO / "sweeps/seeds.yaml", "huge")
+
+
+def test_profile_cannot_smuggle_unknown_fields(tmp_path: Path) -> None:
+    path = _edited(
+        tmp_path,
+        REPO / "sweeps/seeds.yaml",
+        lambda r: r["profiles"]["smoke"]["hparams"].update(momentum=0.9),
+    )
+    with pytest.raises(SpecError, match=r"\(profile smoke\): field 'hparams\.momentum'"):
+        load_sweep(path, "smoke")
+
+
+def test_validate_command_exits_2_on_a_bad_file(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    path = _edited(tmp_path, REPO / "tasks/rte.yaml", lambda r: r.update(sizes=[1]))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "field 'sizes'" in err

@@ -1,0 +1,73 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from suite.heads.classification import ClassificationModule
+from suite.heads.registry import PreparedTask, prepare_task
+from suite.models import load_tokenizer
+from suite.spec import FailureSpec, HParams, load_task
+from suite.trial import Seeds, TrialPlan, judge, run_trial
+
+HP = HParams(lr=1e-3, batch_size=8, epochs=2)
+
+
+@pytest.fixture
+def prepared(tiny_models, tiny_task: Path) -> PreparedTask:
+    model = str(tiny_models["bert"])
+    return prepare_task(load_task(tiny_task), tiny_task.parent.parent / "data", load_tokenizer(model))
+
+
+def test_same_trial_twice_gives_identical_metrics(prepared, tiny_models) -> None:
+    model = str(tiny_models["bert"])
+    plan = TrialPlan(32, HP, Seeds(init=11, order=12, subsample=13))
+    a, b = run_trial(prepared, model, plan), run_trial(prepared, model, plan)
+    assert a["epochs"] == b["epochs"] and a["loss_curve"] == b["loss_curve"]
+    assert len(a["epochs"]) == 2 and a["n_train"] == 32
+
+
+def test_each_seed_moves_its_own_factor(prepared, tiny_models) -> None:
+    model = str(tiny_models["bert"])
+    base = run_trial(prepared, model, TrialPlan(16, HP, Seeds(1, 1, 1)))
+    for seeds in (Seeds(2, 1, 1), Seeds(1, 2, 1), Seeds(1, 1, 2)):
+        other = run_trial(prepared, model, TrialPlan(16, HP, seeds))
+        assert other["loss_curve"] != base["loss_curve"], seeds
+
+
+def test_diverging_run_is_recorded_as_failed(prepared, tiny_models, monkeypatch) -> None:
+    monkeypatch.setattr(ClassificationModule, "loss", lambda self, batch: torch.tensor(float("nan")))
+    record = run_trial(prepared, str(tiny_models["bert"]), TrialPlan(16, HP, Seeds(1, 2, 3)))
+    assert record["failed"] and record["reason"].startswith("diverged: non-finite training loss")
+    assert record["score"] is None and record["wall_time_s"] > 0
+
+
+def test_crash_is_recorded_with_its_reason(prepared, tiny_models, monkeypatch) -> None:
+    def boom(self, batch):  # noqa: ANN001, ANN202
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(ClassificationModule, "loss", boom)
+    record = run_trial(prepared, str(tiny_models["bert"]), TrialPlan(16, HP, Seeds(1, 2, 3)))
+    assert record["failed"] and "RuntimeError: out of memory" in record["reason"]
+
+
+def test_failure_rule_against_the_trivial_baseline(prepared) -> None:
+    base = prepared.baseline["accuracy"]
+    assert base == pytest.approx(0.5)  # the tiny dev set is balanced
+    assert judge(prepared, base)[0] and judge(prepared, base - 0.1)[0]
+    assert not judge(prepared, base + 0.01)[0]
+    assert judge(prepared, None) == (True, "no dev score was produced")
+    spec = prepared.spec.model_copy(update={"failure": FailureSpec(rule="threshold", threshold=0.9)})
+    thresholded = PreparedTask(spec, prepared.data, None, None, prepared.baseline)
+    assert judge(thresholded, 0.8)[0] and not judge(thresholded, 0.95)[0]
+
+
+def test_mrpc_baseline_is_the_all_positive_classifier(shared_data: Path) -> None:
+    from suite.metrics import trivial_baseline
+
+    task = load_task(Path(__file__).parent.parent / "tasks/mrpc.yaml")
+    data = prepare_task(task, shared_data, load_tokenizer("minilm-l6")).data
+    names = ["f1", "accuracy"]
+    base = trivial_baseline(names, data.labels["train"], data.labels["validation"], False)
+    assert base["f1"] == pytest.approx(0.812, abs=1e-3) and base["accuracy"] == pytest.approx(0.684, abs=1e-3)
+    assert np.bincount(data.labels["validation"]).tolist() == [129, 279]
