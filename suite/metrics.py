@@ -58,3 +58,22 @@ def trivial_baseline(
     else:
         constant = np.full(len(dev_labels), np.bincount(train_labels).argmax())
     return classification_scores(names, dev_labels, constant)
+
+
+def entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, float]:
+    """Entity-level micro scores by seqeval: the conlleval-compatible default (`entity_f1`,
+    `precision`, `recall`), the strict IOB2 mode (`entity_f1_strict`), and F1 per type."""
+    from seqeval.metrics import classification_report, f1_score, precision_score, recall_score
+    from seqeval.scheme import IOB2
+
+    scores = {
+        "entity_f1": f1_score(gold, predicted, zero_division=0),
+        "precision": precision_score(gold, predicted, zero_division=0),
+        "recall": recall_score(gold, predicted, zero_division=0),
+        "entity_f1_strict": f1_score(gold, predicted, mode="strict", scheme=IOB2, zero_division=0),
+    }
+    report = classification_report(gold, predicted, output_dict=True, zero_division=0)
+    for name, row in report.items():
+        if not name.endswith(" avg"):
+            scores[f"f1_{name}"] = row["f1-score"]
+    return {k: float(v) for k, v in scores.items()}

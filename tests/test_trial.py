@@ -68,6 +68,6 @@ def test_mrpc_baseline_is_the_all_positive_classifier(shared_data: Path) -> None
     task = load_task(Path(__file__).parent.parent / "tasks/mrpc.yaml")
     data = prepare_task(task, shared_data, load_tokenizer("minilm-l6")).data
     names = ["f1", "accuracy"]
-    base = trivial_baseline(names, data.labels["train"], data.labels["validation"], False)
+    base = trivial_baseline(names, data.labels["train"], data.labels["dev"], False)
     assert base["f1"] == pytest.approx(0.812, abs=1e-3) and base["accuracy"] == pytest.approx(0.684, abs=1e-3)
-    assert np.bincount(data.labels["validation"]).tolist() == [129, 279]
+    assert np.bincount(data.labels["dev"]).tolist() == [129, 279]

@@ -28,22 +28,23 @@ class ClassificationData:
         self.sources: dict[str, str] = {}
         self.texts: dict[str, list[tuple[str, ...]]] = {}
         self.labels: dict[str, np.ndarray] = {}
-        for split in ("train", "validation"):
-            self._load(split, root)
+        # "dev" is whichever split is evaluated: validation by default, test on request.
+        for key, split in (("train", "train"), ("dev", spec.eval_split)):
+            self._load(key, split, root)
 
-    def _load(self, split: str, root: Path | None) -> None:
+    def _load(self, key: str, split: str, root: Path | None) -> None:
         spec, data = self.spec, self.spec.data
         if data.local is not None and (root is not None or data.hub is None):
             path = local_file(root, data.local, getattr(data, split), split, spec.name)
             rows, source = read_rows(path, data.format, data.header, data.columns), str(path)
         else:
             hub = data.hub
-            name = hub.train_split if split == "train" else hub.validation_split
-            rows, source = read_hub_split(hub.path, hub.name, hub.revision, name), f"hub:{hub.path}"
+            name = getattr(hub, f"{split}_split")
+            rows, source = read_hub_split(hub.path, hub.name, hub.revision, name), f"hub:{hub.path}/{name}"
         require_columns(rows, [*data.text, data.label], source, spec.name)
-        self.sources[split] = source
-        self.texts[split] = [tuple(row[c] for c in data.text) for row in rows]
-        self.labels[split] = self._encode_labels([row[data.label] for row in rows], source)
+        self.sources[key] = source
+        self.texts[key] = [tuple(row[c] for c in data.text) for row in rows]
+        self.labels[key] = self._encode_labels([row[data.label] for row in rows], source)
 
     def _encode_labels(self, raw: list[Any], source: str) -> np.ndarray:
         if self.spec.regression:
@@ -72,7 +73,7 @@ class ClassificationData:
         return subsample_indices(len(labels), size, subsample_seed, self._strata(labels))
 
     def dev_indices(self) -> np.ndarray:
-        labels = self.labels["validation"]
+        labels = self.labels["dev"]
         size = self.spec.eval_limit or "full"
         return subsample_indices(len(labels), size, EVAL_SUBSAMPLE_SEED, self._strata(labels))
 

@@ -1,7 +1,9 @@
-"""Head registry: for each `head:` name in a task spec, its data and its LightningModule."""
+"""Head registry: for each `head:` name in a task spec, its data, collate function, trivial
+baseline and LightningModule."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -9,10 +11,12 @@ from typing import Any
 from transformers import DataCollatorWithPadding, PreTrainedModel
 
 from suite.data.classification import ClassificationData
+from suite.data.tagging import TaggingData, assemble, collate_tagging
 from suite.errors import SpecError
 from suite.heads.base import EncoderModule
 from suite.heads.classification import ClassificationModule
-from suite.metrics import trivial_baseline
+from suite.heads.tagging import TaggingModule
+from suite.metrics import entity_scores, trivial_baseline
 from suite.spec import HParams, TaskSpec
 
 
@@ -23,25 +27,56 @@ class PreparedTask:
     spec: TaskSpec
     data: Any
     tokenizer: Any
-    collate: Any
+    collate: Callable | None
     baseline: dict[str, float]
+    builder: Callable[[PreparedTask, PreTrainedModel, HParams], EncoderModule] | None = None
 
     def build_module(self, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
-        spec = self.spec
-        return ClassificationModule(
-            encoder,
-            hparams,
-            self.data.num_labels,
-            [spec.metric.main, *spec.metric.extra],
-            regression=spec.regression,
-        )
+        return self.builder(self, encoder, hparams)
+
+
+def _classification(spec: TaskSpec, root: Path | None, tokenizer: Any) -> PreparedTask:
+    data = ClassificationData(spec, root, tokenizer)
+    names = [spec.metric.main, *spec.metric.extra]
+    dev = data.labels["dev"][data.dev_indices()]
+    baseline = trivial_baseline(names, data.labels["train"], dev, spec.regression)
+
+    def build(task: PreparedTask, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
+        return ClassificationModule(encoder, hparams, data.num_labels, names, regression=spec.regression)
+
+    return PreparedTask(spec, data, tokenizer, DataCollatorWithPadding(tokenizer), baseline, build)
+
+
+def tagging_scorer(data: TaggingData) -> Callable[[list[tuple[int, int, list[int]]]], dict[str, float]]:
+    """Window predictions -> word tags per dev sentence -> seqeval entity scores."""
+    indices = data.dev_indices()
+    gold = data.gold("dev", indices)
+
+    def score(windows: list[tuple[int, int, list[int]]]) -> dict[str, float]:
+        predicted = [[data.tags[t] for t in tags] for tags in assemble(windows, len(gold))]
+        return entity_scores(gold, predicted)
+
+    return score
+
+
+def _tagging(spec: TaskSpec, root: Path | None, tokenizer: Any) -> PreparedTask:
+    data = TaggingData(spec, root, tokenizer)
+    # Predicting O everywhere finds no entity: every entity score is 0.
+    baseline = {name: 0.0 for name in [spec.metric.main, *spec.metric.extra]}
+
+    def build(task: PreparedTask, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
+        return TaggingModule(encoder, hparams, data.num_labels, tagging_scorer(data), crf=spec.tagging.crf)
+
+    return PreparedTask(spec, data, tokenizer, collate_tagging(tokenizer), baseline, build)
+
+
+HEADS: dict[str, Callable[[TaskSpec, Path | None, Any], PreparedTask]] = {
+    "classification": _classification,
+    "tagging": _tagging,
+}
 
 
 def prepare_task(spec: TaskSpec, root: Path | None, tokenizer: Any) -> PreparedTask:
-    if spec.head != "classification":
+    if spec.head not in HEADS:
         raise SpecError(f"task {spec.name}: field 'head': {spec.head!r} is not available yet")
-    data = ClassificationData(spec, root, tokenizer)
-    dev = data.labels["validation"][data.dev_indices()]
-    names = [spec.metric.main, *spec.metric.extra]
-    baseline = trivial_baseline(names, data.labels["train"], dev, spec.regression)
-    return PreparedTask(spec, data, tokenizer, DataCollatorWithPadding(tokenizer), baseline)
+    return HEADS[spec.head](spec, root, tokenizer)
