@@ -20,6 +20,6 @@ run: venv
 
 test: venv
 	SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q
-	$(BIN)/ruff check suite tests benchmarks
+	$(BIN)/ruff check suite tests benchmarks analysis
 
 .PHONY: venv run test

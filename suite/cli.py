@@ -34,6 +34,17 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check task and sweep YAMLs (every profile)")
     validate.add_argument("paths", nargs="*", help="YAML files (default: tasks/ and sweeps/)")
     sub.add_parser("list", help="list tasks, models and sweeps")
+    board = sub.add_parser("leaderboard", help="merge run folders into one leaderboard JSON")
+    board.add_argument("runs", nargs="+", help="run folders (runs/<task>/<model>)")
+    board.add_argument("-o", "--output", default="leaderboard.json")
+    check = sub.add_parser("check-leaderboard", help="validate a leaderboard JSON against its schema")
+    check.add_argument("path")
+    report = sub.add_parser("report", help="execute the variance report notebook (.ipynb + .html)")
+    report.add_argument("run", help="a run folder (runs/<task>/<model>)")
+    comp = sub.add_parser("compare", help="compare two studies' distributions")
+    comp.add_argument("run_a")
+    comp.add_argument("run_b")
+    comp.add_argument("--plot", help="also save a comparison figure (PNG) here")
     return parser
 
 
@@ -48,10 +59,41 @@ def main(argv: list[str] | None = None) -> int:
             return validate(args.paths)
         elif args.command == "list":
             list_all()
+        elif args.command == "leaderboard":
+            from suite.leaderboard import write_leaderboard
+
+            doc = write_leaderboard([Path(r) for r in args.runs], Path(args.output))
+            print(f"{args.output}: {len(doc['entries'])} entries, schema v{doc['schema_version']}, valid")
+        elif args.command == "check-leaderboard":
+            from suite.leaderboard import read_leaderboard
+
+            doc = read_leaderboard(args.path)
+            print(f"{args.path}: valid (schema v{doc['schema_version']}, {len(doc['entries'])} entries)")
+        elif args.command == "report":
+            from suite.report import make_report
+
+            notebook, page = make_report(Path(args.run))
+            print(f"wrote {notebook} and {page}")
+        elif args.command == "compare":
+            compare_command(args)
     except SuiteError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
     return 0
+
+
+def compare_command(args: argparse.Namespace) -> None:
+    from suite.compare import compare, format_comparison, load_records
+
+    (info_a, a), (_, b) = load_records(Path(args.run_a)), load_records(Path(args.run_b))
+    metric = info_a.get("task", {}).get("metric", {}).get("main", "score")
+    labels = (args.run_a, args.run_b)
+    print(format_comparison(compare(a, b), labels, metric))
+    if args.plot:
+        from suite.plots import compare_runs
+
+        compare_runs(a, b, labels, metric).savefig(args.plot, dpi=120)
+        print(f"wrote {args.plot}")
 
 
 def _yaml_files(paths: list[str]) -> list[Path]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 from datetime import UTC, datetime
@@ -15,6 +14,8 @@ import torch
 from suite import __version__
 from suite.data.paths import data_dir
 from suite.errors import SpecError
+from suite.leaderboard import write_leaderboard
+from suite.provenance import file_sha256, git_commit
 from suite.spec import SweepSpec, TaskSpec, load_sweep, load_task, spec_hash
 from suite.statistics import summarize
 
@@ -69,36 +70,32 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     load_encoder(model)  # fail on a bad model before any data work; the weights stay cached
     prepared = prepare_task(task, data_dir(args.data_dir), tokenizer)
     folder = run_folder(Path(args.out), task, model)
-    folder.mkdir(parents=True, exist_ok=True)
-    _write_run_info(folder / "run.json", task, sweep, args, model, model_revision(model), prepared)
-
+    info = run_info(task, sweep, args.profile, model, model_revision(model), prepared)
     name = f"{task.name}|{model}|{sweep.name}|{args.profile}"
-    records = run_study(prepared, model, sweep, folder, name, progress=not args.quiet)
+    records = run_study(prepared, model, sweep, folder, name, info, progress=not args.quiet)
+    write_leaderboard([folder], folder / "leaderboard.json")
     print(format_summary(task, records, folder))
     return records
 
 
-def _write_run_info(
-    path: Path,
-    task: TaskSpec,
-    sweep: SweepSpec,
-    args: argparse.Namespace,
-    model: str,
-    revision: str | None,
-    prepared: Any,
-) -> None:
+def run_info(
+    task: TaskSpec, sweep: SweepSpec, profile: str, model: str, revision: str | None, prepared: Any
+) -> dict[str, Any]:
+    """Provenance of one study: what ran, on what data, with which versions."""
     import transformers
 
-    info = {
+    return {
         "suite_version": __version__,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "task": task.model_dump(mode="json"),
         "task_hash": spec_hash(task),
         "sweep": sweep.model_dump(mode="json"),
-        "profile": args.profile,
+        "profile": profile,
         "model": model,
         "model_revision": revision,
         "data_sources": prepared.data.sources,
+        "data_sha256": {k: file_sha256(v) for k, v in prepared.data.sources.items()},
+        "git_commit": git_commit(),
         "baseline": prepared.baseline,
         "threads": torch.get_num_threads(),
         "versions": {
@@ -107,7 +104,6 @@ def _write_run_info(
             "transformers": transformers.__version__,
         },
     }
-    path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
 
 
 def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) -> str:

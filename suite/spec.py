@@ -147,6 +147,7 @@ class HParams(Strict):
     weight_decay: float = Field(0.01, ge=0)
     bias_correction: bool = True
     max_grad_norm: float = Field(1.0, gt=0)
+    group_by_length: bool = Field(False, description="batch examples of similar length (less padding)")
 
 
 class SeedSpec(Strict):

@@ -88,15 +88,30 @@ def run_study(
     sweep: SweepSpec,
     folder: Path,
     study_name: str,
+    info: dict[str, Any],
     progress: bool = True,
 ) -> list[dict[str, Any]]:
-    """Run every planned trial not yet finished in the storage; return all records in plan order."""
+    """Run every planned trial not yet finished in the storage; return all records in plan order.
+
+    `info` (provenance: specs, versions, data hashes) is kept on the study itself, so any
+    storage can be exported and analysed without the run folder.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     direction = "maximize" if task.spec.metric.higher_is_better else "minimize"
     study = optuna.create_study(
         storage=_storage(folder), study_name=study_name, direction=direction, load_if_exists=True
     )
+    if "run_info" not in study.user_attrs:  # the study's creation is its provenance
+        study.set_user_attr("run_info", info)
+    info = study.user_attrs["run_info"]
+    (folder / "run.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    stamp = {
+        "study": study_name,
+        "sweep": sweep.name,
+        "profile": info.get("profile"),
+        "eval_split": task.spec.eval_split,
+    }
     plans = plan_trials(task.spec, sweep)
     done = finished_records(study)
     todo = [p for p in plans if p.key not in done]
@@ -105,7 +120,7 @@ def run_study(
         trial = study.ask(_params(plan.size, plan.hparams))
         trial.set_user_attr("key", plan.key)
         trial.set_user_attr("seeds", vars(plan.seeds))
-        record = run_trial(task, model, plan, progress=progress)
+        record = {**run_trial(task, model, plan, progress=progress), **stamp}
         trial.set_user_attr("record", record)
         score = record.get("score")
         if score is None:
@@ -116,9 +131,18 @@ def run_study(
         bar.set_postfix_str(_postfix(record))
         bar.update()
     bar.close()
-    records = [done[p.key] for p in plans]
-    write_jsonl(folder / "trials.jsonl", records)
-    return records
+    write_jsonl(folder / "trials.jsonl", [r for _, rs in export_studies(_storage(folder)) for r in rs])
+    return [done[p.key] for p in plans]
+
+
+def export_studies(storage: str) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """(run info, finished records in trial order) of every study in a storage."""
+    out = []
+    for summary in sorted(optuna.get_all_study_summaries(storage), key=lambda s: s._study_id):
+        study = optuna.load_study(study_name=summary.study_name, storage=storage)
+        records = finished_records(study)
+        out.append((study.user_attrs.get("run_info", {}), list(records.values())))
+    return out
 
 
 def _postfix(record: dict[str, Any]) -> str:

@@ -85,7 +85,14 @@ def _fit(task: PreparedTask, model: str, plan: TrialPlan, progress: bool, record
     torch.manual_seed(plan.seeds.init)  # the head's initial weights
     module = task.build_module(load_encoder(model), plan.hparams)
     torch.manual_seed(plan.seeds.order)  # dropout masks
-    datamodule = FeatureDataModule(train, dev, plan.hparams.batch_size, plan.seeds.order, task.collate)
+    datamodule = FeatureDataModule(
+        train,
+        dev,
+        plan.hparams.batch_size,
+        plan.seeds.order,
+        task.collate,
+        group_by_length=plan.hparams.group_by_length,
+    )
     record["module"] = module  # partial results survive a crash mid-training
     trainer = L.Trainer(
         max_epochs=plan.hparams.epochs,

@@ -8,13 +8,15 @@ from typing import Any
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
+from transformers.trainer_pt_utils import LengthGroupedSampler
 
 
 class FeatureDataModule(L.LightningDataModule):
-    """Train batches shuffled by `order_seed` alone; dev batches in file order.
+    """Train batches ordered by `order_seed` alone; dev batches sorted by length.
 
     Batches are padded to their own longest example (the collate function), never to
-    max_length: on GLUE-style data that halves the tokens a padded-to-128 run processes.
+    max_length; `group_by_length` also batches similar lengths together
+    (benchmarks/padding.py measures both).
     """
 
     def __init__(
@@ -25,8 +27,10 @@ class FeatureDataModule(L.LightningDataModule):
         order_seed: int,
         collate: Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]],
         eval_batch_size: int = 64,
+        group_by_length: bool = False,
     ) -> None:
         super().__init__()
+        self.group_by_length = group_by_length
         self.train, self.dev = train, dev
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.order_seed = order_seed
@@ -34,12 +38,16 @@ class FeatureDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         order = torch.Generator().manual_seed(self.order_seed)
+        if self.group_by_length:
+            # Hugging Face's sampler: shuffled mega-batches, sorted by length inside, so batches
+            # hold similar lengths while order_seed still decides the order.
+            lengths = [len(f["input_ids"]) for f in self.train]
+            sampler = LengthGroupedSampler(self.batch_size, lengths=lengths, generator=order)
+            return DataLoader(
+                self.train, batch_size=self.batch_size, sampler=sampler, collate_fn=self.collate
+            )
         return DataLoader(
-            self.train,
-            batch_size=self.batch_size,
-            shuffle=True,
-            generator=order,
-            collate_fn=self.collate,
+            self.train, batch_size=self.batch_size, shuffle=True, generator=order, collate_fn=self.collate
         )
 
     def val_dataloader(self) -> DataLoader:

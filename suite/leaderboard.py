@@ -1,0 +1,157 @@
+"""Leaderboard JSON: studies merged into ranked entries, validated against a versioned schema.
+
+Ranking rule (within one task, eval split, metric and size): higher median first (lower when
+the metric is lower-is-better), then lower failure rate, then lower IQR.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from suite import __version__
+from suite.errors import SuiteError
+from suite.provenance import git_commit
+from suite.statistics import gap_to_reported, hyperparameter_importance, summarize, variance_shares
+
+SCHEMA_VERSION = 1
+RANKING_RULE = (
+    "within (task, eval_split, metric, size): median score (direction-aware), then failure rate "
+    "(lower first), then IQR (lower first); failed runs count with the score they reached"
+)
+RUN_FIELDS = ("key", "seeds", "hparams", "score", "scores", "failed", "reason", "wall_time_s")
+
+
+def schema() -> dict[str, Any]:
+    text = resources.files("suite").joinpath(f"schemas/leaderboard-v{SCHEMA_VERSION}.schema.json").read_text()
+    return json.loads(text)
+
+
+def validate(document: dict[str, Any], source: str) -> None:
+    """Raise a one-line SuiteError naming the first field that breaks the schema."""
+    validator = jsonschema.Draft202012Validator(schema())
+    error = next(iter(sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))), None)
+    if error is not None:
+        field = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise SuiteError(f"{source}: field '{field}': {error.message}")
+
+
+def read_leaderboard(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SuiteError(f"{path}: leaderboard file not found") from None
+    except json.JSONDecodeError as err:
+        raise SuiteError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    validate(document, str(path))
+    return document
+
+
+def _entry(info: dict[str, Any], size: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
+    task = info["task"]
+    by_setting: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_setting[json.dumps(r["hparams"], sort_keys=True)].append(r)
+    main = [r.get("score") for r in records]
+    metric = task["metric"]["main"]
+    reported = [
+        {**rep, "gap": gap_to_reported(main, rep["value"], rep["statistic"])}
+        for rep in task.get("reported", [])
+        if rep["metric"] == metric and _same_split(rep["split"], task.get("eval_split", "validation"))
+    ]
+    return {
+        "rank": 1,
+        "task": task["name"],
+        "task_hash": info["task_hash"],
+        "model": info["model"],
+        "model_revision": info.get("model_revision"),
+        "size": size,
+        "sweep": info["sweep"]["name"],
+        "profile": info.get("profile"),
+        "metric": metric,
+        "higher_is_better": task["metric"]["higher_is_better"],
+        "eval_split": task.get("eval_split", "validation"),
+        "date": info["date"],
+        "git_commit": info.get("git_commit"),
+        "versions": info.get("versions", {}),
+        "data_sha256": info.get("data_sha256", {}),
+        "summary": summarize(records),
+        "settings": [{"hparams": json.loads(k), "summary": summarize(v)} for k, v in by_setting.items()],
+        "variance_shares": variance_shares(records),
+        "importance": hyperparameter_importance(records),
+        "reported": reported,
+        "runs": [{k: r[k] for k in RUN_FIELDS if k in r} for r in records],
+    }
+
+
+def _same_split(reported_split: str, eval_split: str) -> bool:
+    return (
+        reported_split.startswith("dev") if eval_split == "validation" else reported_split.startswith("test")
+    )
+
+
+def build(studies: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]]) -> dict[str, Any]:
+    entries = []
+    for info, records in studies:
+        if not info or not records:
+            continue
+        by_size: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        for r in records:
+            by_size[r["size"]].append(r)
+        entries.extend(_entry(info, size, rs) for size, rs in by_size.items())
+    _rank(entries)
+    import torch
+    import transformers
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "ranking_rule": RANKING_RULE,
+        "provenance": {
+            "suite_version": __version__,
+            "git_commit": git_commit(),
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        },
+        "entries": entries,
+    }
+
+
+def _rank(entries: list[dict[str, Any]]) -> None:
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for e in entries:
+        groups[(e["task"], e["eval_split"], e["metric"], str(e["size"]))].append(e)
+    for group in groups.values():
+
+        def key(e: dict[str, Any]) -> tuple:
+            s = e["summary"]
+            median = s["all"].get("median", float("-inf") if e["higher_is_better"] else float("inf"))
+            return (-median if e["higher_is_better"] else median, s["failure_rate"], s["all"].get("iqr", 0.0))
+
+        for rank, e in enumerate(sorted(group, key=key), start=1):
+            e["rank"] = rank
+    entries.sort(key=lambda e: (e["task"], str(e["size"]), e["rank"]))
+
+
+def write_leaderboard(run_dirs: list[Path], out: Path) -> dict[str, Any]:
+    """Merge every study found in the run folders, validate, write atomically."""
+    from suite.study import export_studies
+
+    studies = []
+    for folder in run_dirs:
+        db = Path(folder) / "study.db"
+        if not db.is_file():
+            raise SuiteError(f"{folder}: no study.db here (expected a runs/<task>/<model> folder)")
+        studies.extend(export_studies(f"sqlite:///{db}"))
+    document = build(studies)
+    validate(document, str(out))
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, out)
+    return document

@@ -1,0 +1,201 @@
+"""Seaborn figures of a study, for the variance report notebook and `suite compare`.
+
+Each function takes records (trials.jsonl rows) and returns a matplotlib Figure; when the
+study lacks what a figure needs (one setting only, no crossed grid) the figure says so
+instead of silently disappearing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from suite.statistics import expected_max
+
+sns.set_theme(style="whitegrid", context="notebook")
+
+
+def show(fig: plt.Figure) -> None:
+    """Display a figure once in a notebook (and free it)."""
+    from IPython.display import display
+
+    display(fig)
+    plt.close(fig)
+
+
+def frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """One row per run: score x100, failed flag, seeds, hyperparameters, a setting label."""
+    rows = []
+    for r in records:
+        h = r["hparams"]
+        rows.append(
+            {
+                "score": None if r.get("score") is None else 100 * r["score"],
+                "failed": bool(r.get("failed")),
+                "size": str(r["size"]),
+                "setting": f"lr={h['lr']:g} bs={h['batch_size']} ep={h['epochs']}",
+                "lr": h["lr"],
+                "batch_size": h["batch_size"],
+                "epochs": h["epochs"],
+                **{f"{k}_seed": v for k, v in r["seeds"].items()},
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _note(ax: plt.Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=11, wrap=True)
+    ax.set_axis_off()
+
+
+def distribution(records: Sequence[dict[str, Any]], metric: str) -> plt.Figure:
+    df = frame(records).dropna(subset=["score"])
+    fig, ax = plt.subplots(figsize=(8, 4))
+    if df.empty:
+        _note(ax, "no scored runs")
+        return fig
+    x = "setting" if df["setting"].nunique() > 1 else "size"
+    sns.boxplot(df, x=x, y="score", color="0.9", showfliers=False, ax=ax)
+    sns.stripplot(
+        df,
+        x=x,
+        y="score",
+        hue="failed",
+        palette={False: "tab:blue", True: "tab:red"},
+        dodge=False,
+        jitter=0.2,
+        size=6,
+        ax=ax,
+    )
+    ax.set(ylabel=f"dev {metric} (x100)", title="Score per run (red: failed)")
+    ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    return fig
+
+
+def expected_max_curve(
+    records: Sequence[dict[str, Any]], metric: str, reported: Sequence[dict[str, Any]] = ()
+) -> plt.Figure:
+    curve = expected_max([r.get("score") for r in records])
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if not curve:
+        _note(ax, "no scored runs")
+        return fig
+    n = np.array([p["n"] for p in curve])
+    mean = 100 * np.array([p["mean"] for p in curve])
+    std = 100 * np.array([p["std"] for p in curve])
+    ax.plot(n, mean, marker="o", label="expected max of n runs")
+    ax.fill_between(n, mean - std, mean + std, alpha=0.25, label="+- 1 std")
+    for rep in reported:
+        ax.axhline(rep["value"], ls="--", lw=1, color="tab:red")
+        ax.annotate(
+            f"{rep['model']} ({rep['statistic']})",
+            (n[-1], rep["value"]),
+            fontsize=8,
+            ha="right",
+            va="bottom",
+            color="tab:red",
+        )
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    ax.set(xlabel="n (runs / trials)", ylabel=f"dev {metric} (x100)", title="Expected maximum performance")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def lr_batch_heatmaps(records: Sequence[dict[str, Any]]) -> plt.Figure:
+    df = frame(records).dropna(subset=["score"])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    if df.empty or df["lr"].nunique() < 2 and df["batch_size"].nunique() < 2:
+        for ax in axes:
+            _note(ax, "one learning rate and batch size:\nno lr x batch grid in this study")
+        return fig
+    for ax, (name, fn) in zip(axes, (("median", np.median), ("IQR", _iqr)), strict=True):
+        table = df.pivot_table(index="lr", columns="batch_size", values="score", aggfunc=fn)
+        sns.heatmap(table, annot=True, fmt=".1f", cmap="viridis", ax=ax)
+        ax.set(title=f"{name} score by lr x batch size")
+    fig.tight_layout()
+    return fig
+
+
+def _iqr(x: pd.Series) -> float:
+    q1, q3 = np.percentile(x, [25, 75])
+    return float(q3 - q1)
+
+
+def init_order_heatmap(records: Sequence[dict[str, Any]]) -> plt.Figure:
+    df = frame(records).dropna(subset=["score"])
+    fig, ax = plt.subplots(figsize=(6, 5))
+    inits, orders = df["init_seed"].nunique(), df["order_seed"].nunique()
+    cells = len(df.drop_duplicates(["init_seed", "order_seed"]))
+    if df.empty or inits < 2 or orders < 2 or cells != inits * orders:
+        _note(ax, "seeds drawn independently:\nno init x order grid (use a crossed seed design)")
+        return fig
+    table = df.pivot_table(index="init_seed", columns="order_seed", values="score", aggfunc="mean")
+    sns.heatmap(table, annot=table.shape[0] <= 8, fmt=".1f", cmap="viridis", ax=ax)
+    ax.set(title="Score by init seed x order seed")
+    fig.tight_layout()
+    return fig
+
+
+def variance_shares_bar(shares: dict[str, float] | None) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(6, 3))
+    if not shares:
+        _note(ax, "variance shares need a complete crossed init x order grid")
+        return fig
+    parts = {k: shares[k] for k in ("init", "order", "residual")}
+    sns.barplot(x=list(parts), y=list(parts.values()), ax=ax, color="tab:blue")
+    ax.set(ylim=(0, 1), ylabel="share of variance", title="Where the variance comes from")
+    fig.tight_layout()
+    return fig
+
+
+def importance_bar(importance: dict[str, float]) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(6, 3))
+    if not importance:
+        _note(ax, "one hyperparameter setting: no importance to estimate")
+        return fig
+    sns.barplot(x=list(importance.values()), y=list(importance), ax=ax, color="tab:green", orient="h")
+    ax.set(xlabel="fANOVA importance", title="Hyperparameter importance")
+    fig.tight_layout()
+    return fig
+
+
+def loss_curves(records: Sequence[dict[str, Any]]) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(8, 4))
+    drawn = False
+    for r in records:
+        curve = r.get("loss_curve") or []
+        if curve:
+            smooth = pd.Series(curve).rolling(max(1, len(curve) // 20), min_periods=1).mean()
+            ax.plot(smooth, color="tab:red" if r.get("failed") else "tab:blue", alpha=0.6, lw=1)
+            drawn = True
+    if not drawn:
+        _note(ax, "no loss curves recorded")
+        return fig
+    ax.set(
+        xlabel="step",
+        ylabel="training loss (smoothed)",
+        title="Loss curves: failed (red) vs successful (blue)",
+    )
+    fig.tight_layout()
+    return fig
+
+
+def compare_runs(
+    a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], labels: tuple[str, str], metric: str
+) -> plt.Figure:
+    df = pd.concat([frame(a).assign(study=labels[0]), frame(b).assign(study=labels[1])]).dropna(
+        subset=["score"]
+    )
+    fig, ax = plt.subplots(figsize=(6, 4))
+    sns.boxplot(df, x="study", y="score", color="0.9", showfliers=False, ax=ax)
+    sns.stripplot(df, x="study", y="score", hue="failed", palette={False: "tab:blue", True: "tab:red"}, ax=ax)
+    ax.set(ylabel=f"dev {metric} (x100)", title="Comparison (red: failed)")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,46 @@
+"""`suite report RUN_DIR`: fill the analysis/ notebook template, execute it headless with a
+Jupyter kernel (nbclient), and save the executed .ipynb and an HTML export next to the results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from suite.errors import SuiteError
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "analysis" / "variance_report.ipynb"
+
+
+def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) -> tuple[Path, Path]:
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+    from nbconvert import HTMLExporter
+
+    from suite.leaderboard import write_leaderboard
+
+    run_dir = Path(run_dir).resolve()
+    if not (run_dir / "trials.jsonl").is_file():
+        raise SuiteError(f"{run_dir}: no trials.jsonl here (expected a runs/<task>/<model> folder)")
+    if not template.is_file():
+        raise SuiteError(f"{template}: report template not found")
+    write_leaderboard([run_dir], run_dir / "leaderboard.json")  # fresh statistics for the report
+
+    notebook = nbformat.read(template, as_version=4)
+    for cell in notebook.cells:  # papermill-style: the `parameters` cell gets the run folder
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            cell.source = f"RUN_DIR = {str(run_dir)!r}"
+    client = NotebookClient(
+        notebook, timeout=timeout_s, kernel_name="python3", resources={"metadata": {"path": str(run_dir)}}
+    )
+    try:
+        client.execute()
+    except CellExecutionError as err:
+        raise SuiteError(
+            f"{template.name}: a report cell failed: {str(err).strip().splitlines()[-1]}"
+        ) from None
+    executed = run_dir / "report.ipynb"
+    nbformat.write(notebook, executed)
+    html, _ = HTMLExporter().from_notebook_node(notebook)
+    page = run_dir / "report.html"
+    page.write_text(html, encoding="utf-8")
+    return executed, page
