@@ -20,7 +20,8 @@ from suite.data.module import FeatureDataModule
 from suite.data.paths import data_dir
 from suite.heads.registry import prepare_task
 from suite.models import load_encoder, load_tokenizer
-from suite.spec import HParams, load_task
+from suite.spec import load_task
+from suite.sweep import HParams
 
 
 def main() -> None:

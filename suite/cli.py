@@ -18,11 +18,22 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="alias, local folder or hub id (default: the task's model)")
     p.add_argument("--sweep", help="sweep YAML (default: the task's sweep)")
     p.add_argument("--profile", default="default", help="smoke | default | full (from the YAML)")
-    p.add_argument("--data-dir", help="benchmark data folder (default: $SUITE_DATA_DIR)")
     p.add_argument("--out", default="runs", help="runs folder (default: runs)")
     p.add_argument("--size", action="append", help="small-data size(s) instead of the task's")
-    p.add_argument("--seeds", type=int, help="replicates (independent) or init=order (crossed)")
-    p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads")
+    p.add_argument("--seeds", type=int, help="repeats (independent design) or N init x N order (crossed)")
+    p.add_argument("--storage", help="Optuna storage URL (default: sqlite study.db in the run folder)")
+    p.add_argument("--study", help="study name (default: task|model|sweep|profile)")
+    p.add_argument("--workers", type=int, default=1, help="local worker processes sharing the storage")
+    _add_common_args(p)
+
+
+def _add_common_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", help="benchmark data folder (default: $SUITE_DATA_DIR)")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads (in all)")
+    p.add_argument("--accelerator", help="Lightning accelerator for each trial (default cpu)")
+    p.add_argument("--devices", help="Lightning devices per trial, e.g. 2 or auto")
+    p.add_argument("--strategy", help="Lightning strategy per trial, e.g. ddp")
+    p.add_argument("--precision", help="Lightning precision (default 32-true; bf16 is ~20x slower on CPU)")
     p.add_argument("--offline", action="store_true", help="never contact the Hugging Face hub")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -31,6 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="suite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_args(sub.add_parser("run", help="run a task's study end to end"))
+    work = sub.add_parser("worker", help="join a running study and run trials until it is done")
+    work.add_argument("--storage", required=True, help="the study's Optuna storage URL")
+    work.add_argument("--study", required=True, help="the study name (`suite run` prints it)")
+    _add_common_args(work)
+    export = sub.add_parser("export", help="write a storage's trials to JSONL or CSV")
+    export.add_argument("run", nargs="?", default=".", help="run folder (its study.db)")
+    export.add_argument("--storage", help="any Optuna storage URL instead of a run folder")
+    export.add_argument("--study", help="only this study")
+    export.add_argument("-o", "--output", default="trials.jsonl", help=".jsonl or .csv")
     validate = sub.add_parser("validate", help="check task and sweep YAMLs (every profile)")
     validate.add_argument("paths", nargs="*", help="YAML files (default: tasks/ and sweeps/)")
     sub.add_parser("list", help="list tasks, models and sweeps")
@@ -55,6 +75,14 @@ def main(argv: list[str] | None = None) -> int:
             from suite.runner import run
 
             run(args)
+        elif args.command == "worker":
+            from suite.runner import worker
+
+            worker(args)
+        elif args.command == "export":
+            from suite.runner import export
+
+            export(args)
         elif args.command == "validate":
             return validate(args.paths)
         elif args.command == "list":

@@ -18,12 +18,10 @@ from suite.statistics import spread
 
 def load_records(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The (info, records) of the most recent study in a run folder's storage."""
+    from suite.leaderboard import storage_of
     from suite.study import export_studies
 
-    db = Path(run_dir) / "study.db"
-    if not db.is_file():
-        raise SuiteError(f"{run_dir}: no study.db here (expected a runs/<task>/<model> folder)")
-    studies = [s for s in export_studies(f"sqlite:///{db}") if s[1]]
+    studies = [s for s in export_studies(storage_of(run_dir)) if s[1]]
     if not studies:
         raise SuiteError(f"{run_dir}: the study holds no finished trials")
     return studies[-1]

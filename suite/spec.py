@@ -10,13 +10,16 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from suite.errors import SpecError
 from suite.metrics import METRICS_BY_HEAD
+
+if TYPE_CHECKING:  # suite.sweep builds on this module's Strict base
+    from suite.sweep import SweepSpec
 
 Size = int | Literal["full"]
 
@@ -139,33 +142,6 @@ class TaskSpec(Strict):
         return self
 
 
-class HParams(Strict):
-    lr: float = Field(gt=0, lt=1)
-    batch_size: int = Field(ge=1)
-    epochs: int = Field(ge=1)
-    warmup_ratio: float = Field(0.1, ge=0, lt=1)
-    weight_decay: float = Field(0.01, ge=0)
-    bias_correction: bool = True
-    max_grad_norm: float = Field(1.0, gt=0)
-    group_by_length: bool = Field(False, description="batch examples of similar length (less padding)")
-
-
-class SeedSpec(Strict):
-    master: int = 0
-    design: Literal["independent", "crossed"] = "independent"
-    replicates: int = Field(5, ge=1, description="independent design: (init, order) draws")
-    init: int = Field(5, ge=1, description="crossed design: init seeds")
-    order: int = Field(5, ge=1, description="crossed design: order seeds")
-    subsample: int = Field(1, ge=1, description="subsample draws per small-data size")
-
-
-class SweepSpec(Strict):
-    name: str
-    description: str = ""
-    hparams: HParams
-    seeds: SeedSpec = SeedSpec()
-
-
 def _deep_merge(base: dict, override: dict) -> dict:
     out = dict(base)
     for key, value in override.items():
@@ -223,7 +199,9 @@ def load_task(path: str | Path, profile: str | None = "default") -> TaskSpec:
 
 
 def load_sweep(path: str | Path, profile: str | None = "default") -> SweepSpec:
-    """A sweep profile sets the training side (hparams, seeds); it must exist in the sweep."""
+    """A sweep profile sets the training side (hparams, space, seeds); it must exist in the sweep."""
+    from suite.sweep import SweepSpec
+
     path = Path(path)
     raw = _apply_profile(read_yaml(path), profile, path, required=True)
     return _validate(SweepSpec, raw, path, _where(profile))

@@ -135,13 +135,17 @@ def failure_breakdown(records: Sequence[dict[str, Any]]) -> dict[str, int]:
 
 
 def summarize(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
-    """Spread, CIs and expected max with failed runs included (as scored) and excluded."""
+    """Spread, CIs and expected max with failed runs included (as scored) and excluded.
+    Pruned runs (search-phase sweeps) stopped early: they are counted, not scored."""
+    pruned = sum(bool(r.get("pruned")) for r in records)
+    records = [r for r in records if not r.get("pruned")]
     scores = [r.get("score") for r in records]
     ok = [r.get("score") for r in records if not r.get("failed")]
     out: dict[str, Any] = {
         "runs": len(records),
         "failed": sum(bool(r.get("failed")) for r in records),
         "failure_kinds": failure_breakdown(records),
+        "pruned": pruned,
     }
     out["failure_rate"] = out["failed"] / len(records) if records else 0.0
     for name, values in (("all", scores), ("excluding_failed", ok)):
@@ -191,7 +195,7 @@ def hyperparameter_importance(records: Sequence[dict[str, Any]], seed: int = 0) 
     keys = sorted({k for r in scored for k in r["hparams"]} | {"size"})
     values = {k: sorted({_param(r, k) for r in scored}, key=str) for k in keys}
     varying = [k for k in keys if len(values[k]) > 1]
-    if not varying or len(scored) < 4:
+    if not varying or len(scored) < 4 or np.ptp([r["score"] for r in scored]) == 0:
         return {}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize")
@@ -203,7 +207,10 @@ def hyperparameter_importance(records: Sequence[dict[str, Any]], seed: int = 0) 
                 value=r["score"],
             )
         )
-    importances = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=seed))
+    try:
+        importances = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=seed))
+    except RuntimeError:  # fANOVA finds no variance its trees can split on
+        return {}
     return {k: float(v) for k, v in importances.items()}
 
 

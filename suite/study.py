@@ -1,55 +1,40 @@
-"""A study: the planned trials of (task, model, sweep, profile), run through an Optuna
-study kept in a SQLite file inside the run folder, then written out as trials.jsonl."""
+"""A study: the planned trials of (task, model, sweep, profile) as a queue in an Optuna storage,
+run by one or many workers, and exported as records.
+
+The `run` command is the only planner: it enqueues every planned (setting, size, seeds) that
+the storage does not hold yet. Workers only pop queued trials, so each planned trial runs
+once however many workers share the storage. A worker that dies mid-trial stops sending
+heartbeats; the next worker to look re-queues its trial (same hyperparameters and seeds).
+TPE settings cannot be planned up front: a worker with an empty queue asks the sampler for a
+new setting, runs its first seed replicate and queues the others.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-from collections.abc import Iterator
-from itertools import product
+import time
+import warnings
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import optuna
-from tqdm.auto import tqdm
+from optuna.storages import RetryHeartbeatStaleTrialCallback, fail_stale_trials
+from optuna.trial import TrialState
 
+from suite.errors import SuiteError
 from suite.heads.registry import PreparedTask
-from suite.spec import HParams, SeedSpec, Size, SweepSpec, TaskSpec
+from suite.spec import TaskSpec
+from suite.sweep import SweepSpec, seed_grid
 from suite.trial import Seeds, TrialPlan, run_trial
 
-# Seed axes, so each axis draws its own stream from the master seed.
-_AXES = {"init": 1, "order": 2, "subsample": 3}
+# Heartbeats, stale-trial retry and QMC are marked experimental by Optuna; they are what a
+# shared study needs, so their warnings are silenced here once.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
-
-def child_seed(master: int, axis: str, index: int) -> int:
-    """The `index`-th seed of one axis; adding replicates never changes earlier seeds."""
-    return int(np.random.SeedSequence([master, _AXES[axis], index]).generate_state(1)[0] % 2**31)
-
-
-def seed_grid(seeds: SeedSpec) -> Iterator[Seeds]:
-    """(init, order) pairs: independent draws, or the crossed init x order grid."""
-    if seeds.design == "crossed":
-        pairs = product(range(seeds.init), range(seeds.order))
-    else:
-        pairs = ((i, i) for i in range(seeds.replicates))
-    pairs = list(pairs)
-    for sub in range(seeds.subsample):
-        for i, o in pairs:
-            yield Seeds(
-                init=child_seed(seeds.master, "init", i),
-                order=child_seed(seeds.master, "order", o),
-                subsample=child_seed(seeds.master, "subsample", sub),
-            )
-
-
-def plan_trials(task: TaskSpec, sweep: SweepSpec) -> list[TrialPlan]:
-    return [
-        TrialPlan(size=size, hparams=sweep.hparams, seeds=seeds)
-        for size in task.sizes
-        for seeds in seed_grid(sweep.seeds)
-    ]
+HEARTBEAT_ENV = "SUITE_HEARTBEAT_S"  # seconds between heartbeats; stale after 3 missed
 
 
 def model_slug(model: str) -> str:
@@ -61,94 +46,193 @@ def run_folder(out: Path, task: TaskSpec, model: str) -> Path:
     return out / task.name / model_slug(model)
 
 
-def _storage(folder: Path) -> str:
-    return f"sqlite:///{folder / 'study.db'}"
+def sqlite_url(folder: Path) -> str:
+    return f"sqlite:///{Path(folder).resolve() / 'study.db'}"
 
 
-def _params(size: Size, hparams: HParams) -> dict[str, optuna.distributions.BaseDistribution]:
-    """Each hyperparameter as a one-value distribution: the setting is fixed by the plan, and
-    Optuna keeps it as the trial's params (seeds stay out: they are user attributes)."""
-    values = {"size": size, **hparams.model_dump()}
-    return {k: optuna.distributions.CategoricalDistribution([v]) for k, v in values.items()}
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """An RDB URL (sqlite, postgresql, mysql) with heartbeats, or `journal:PATH` for a journal file."""
+    if url.startswith("journal:"):
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        return JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
+    if not url.startswith(("sqlite:", "postgresql", "mysql")):
+        raise SuiteError(f"--storage {url!r}: expected sqlite:///, postgresql://, mysql:// or journal:PATH")
+    heartbeat = int(os.environ.get(HEARTBEAT_ENV, "30"))
+    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    try:
+        return optuna.storages.RDBStorage(
+            url,
+            engine_kwargs=engine,
+            heartbeat_interval=heartbeat,
+            grace_period=3 * heartbeat,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
+        )
+    except Exception as err:  # SQLAlchemy raises many kinds for a bad URL or a down server
+        raise SuiteError(f"--storage {url!r}: cannot open ({str(err).splitlines()[0]})") from None
 
 
-def finished_records(study: optuna.Study) -> dict[str, dict[str, Any]]:
-    """Records of trials that ran to an end (scored or failed), keyed by plan key."""
-    done = {}
-    for t in study.get_trials(deepcopy=False):
-        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL):
-            if "record" in t.user_attrs:
-                done[t.user_attrs["key"]] = t.user_attrs["record"]
-    return done
+def open_study(
+    storage: optuna.storages.BaseStorage, name: str, sweep: SweepSpec, maximize: bool
+) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        storage=storage,
+        study_name=name,
+        direction="maximize" if maximize else "minimize",
+        sampler=sweep.make_sampler(),
+        pruner=sweep.make_pruner(),
+        load_if_exists=True,
+    )
 
 
-def run_study(
+def replicate_plans(task: TaskSpec, sweep: SweepSpec, values: dict[str, Any]) -> list[TrialPlan]:
+    """One setting at every size on the sweep's seed grid."""
+    hparams = sweep.hparams_for(values)
+    return [TrialPlan(size, hparams, Seeds(*s)) for size in task.sizes for s in seed_grid(sweep.seeds)]
+
+
+def plan_trials(task: TaskSpec, sweep: SweepSpec) -> list[TrialPlan]:
+    """Every planned trial of a non-adaptive sweep, in a fixed order."""
+    return [p for values in sweep.settings() for p in replicate_plans(task, sweep, values)]
+
+
+def _attrs(plan: TrialPlan, values: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "key": plan.key,
+        "size": plan.size,
+        "hparams": plan.hparams.model_dump(),
+        "seeds": asdict(plan.seeds),
+        "setting": values,
+    }
+
+
+def enqueue_plan(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> int:
+    """Queue every planned trial the storage does not hold yet; returns how many were added."""
+    if sweep.adaptive:
+        return 0
+    present = {t.user_attrs.get("key") for t in study.get_trials(deepcopy=False)}
+    added = 0
+    for values in sweep.settings():
+        for plan in replicate_plans(task, sweep, values):
+            if plan.key not in present:
+                study.enqueue_trial(values, user_attrs=_attrs(plan, values), skip_if_exists=False)
+                added += 1
+    return added
+
+
+def _pop_planned(study: optuna.Study) -> optuna.Trial | None:
+    """A queued trial, or None. Optuna's public `ask()` would create a new, unplanned trial when
+    the queue is empty (a duplicate run), so this pops the queue the way `ask()` does inside."""
+    trial_id = study._pop_waiting_trial_id()
+    return None if trial_id is None else optuna.Trial(study, trial_id)
+
+
+def _propose(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> optuna.Trial:
+    """TPE: a new setting from the sampler; this trial runs its first replicate, the rest queue."""
+    trial = study.ask({k: p.distribution() for k, p in sweep.space.items()})
+    if "key" in trial.user_attrs:  # another worker queued trials meanwhile: run that one
+        return trial
+    values = dict(trial.params)
+    first, *rest = replicate_plans(task, sweep, values)
+    for name, value in _attrs(first, values).items():
+        trial.set_user_attr(name, value)
+    for plan in rest:
+        study.enqueue_trial(values, user_attrs=_attrs(plan, values), skip_if_exists=False)
+    return trial
+
+
+def _settings_proposed(trials: list[optuna.trial.FrozenTrial]) -> int:
+    return len(
+        {json.dumps(t.user_attrs.get("setting"), sort_keys=True) for t in trials if "key" in t.user_attrs}
+    )
+
+
+def work(
+    study: optuna.Study,
     task: PreparedTask,
     model: str,
     sweep: SweepSpec,
-    folder: Path,
-    study_name: str,
-    info: dict[str, Any],
+    stamp: dict[str, Any],
+    trainer: dict[str, Any] | None = None,
     progress: bool = True,
-) -> list[dict[str, Any]]:
-    """Run every planned trial not yet finished in the storage; return all records in plan order.
+    on_done: Any = None,
+) -> int:
+    """Run queued trials until the study is complete; returns how many this worker ran.
 
-    `info` (provenance: specs, versions, data hashes) is kept on the study itself, so any
-    storage can be exported and analysed without the run folder.
+    Waits while other workers' trials are running: a dead worker's trial turns stale after its
+    grace period and comes back to the queue.
     """
-    folder.mkdir(parents=True, exist_ok=True)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    direction = "maximize" if task.spec.metric.higher_is_better else "minimize"
-    study = optuna.create_study(
-        storage=_storage(folder), study_name=study_name, direction=direction, load_if_exists=True
-    )
-    if "run_info" not in study.user_attrs:  # the study's creation is its provenance
-        study.set_user_attr("run_info", info)
-    info = study.user_attrs["run_info"]
-    (folder / "run.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    stamp = {
-        "study": study_name,
-        "sweep": sweep.name,
-        "profile": info.get("profile"),
-        "eval_split": task.spec.eval_split,
-    }
-    plans = plan_trials(task.spec, sweep)
-    done = finished_records(study)
-    todo = [p for p in plans if p.key not in done]
-    bar = tqdm(total=len(plans), initial=len(plans) - len(todo), desc="trials", disable=not progress)
-    for plan in todo:
-        trial = study.ask(_params(plan.size, plan.hparams))
-        trial.set_user_attr("key", plan.key)
-        trial.set_user_attr("seeds", vars(plan.seeds))
-        record = {**run_trial(task, model, plan, progress=progress), **stamp}
-        trial.set_user_attr("record", record)
-        score = record.get("score")
-        if score is None:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        else:
-            study.tell(trial, score)
-        done[plan.key] = record
-        bar.set_postfix_str(_postfix(record))
-        bar.update()
-    bar.close()
-    write_jsonl(folder / "trials.jsonl", [r for _, rs in export_studies(_storage(folder)) for r in rs])
-    return [done[p.key] for p in plans]
+    from optuna.storages._heartbeat import get_heartbeat_thread  # the heartbeat optimize() uses
+
+    ran = 0
+    heartbeat = int(os.environ.get(HEARTBEAT_ENV, "30"))
+    while True:
+        fail_stale_trials(study)
+        trial = _pop_planned(study)
+        trials = study.get_trials(deepcopy=False)
+        if trial is None and sweep.adaptive and _settings_proposed(trials) < sweep.budget:
+            trial = _propose(study, task.spec, sweep)
+        if trial is None:
+            if any(t.state == TrialState.RUNNING for t in trials):
+                time.sleep(min(heartbeat, 5))
+                continue
+            return ran
+        with get_heartbeat_thread(trial._trial_id, study._storage):
+            record = _run_one(trial, task, model, sweep, stamp, trainer, progress)
+        _tell(study, trial, record)
+        ran += 1
+        if on_done is not None:
+            on_done(record)
 
 
-def export_studies(storage: str) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+def _run_one(
+    trial: optuna.Trial,
+    task: PreparedTask,
+    model: str,
+    sweep: SweepSpec,
+    stamp: dict[str, Any],
+    trainer: dict[str, Any] | None,
+    progress: bool,
+) -> dict[str, Any]:
+    attrs = trial.user_attrs
+    for name, param in sweep.space.items():  # register the params so samplers learn from every trial
+        param.suggest(trial, name)
+    plan = TrialPlan(attrs["size"], sweep.hparams_for(attrs["setting"]), Seeds(**attrs["seeds"]))
+    pruning = trial if sweep.pruner.type != "none" else None
+    record = run_trial(task, model, plan, progress=progress, trainer=trainer, pruning_trial=pruning)
+    return {**record, **stamp, "trial_number": trial.number}
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, record: dict[str, Any]) -> None:
+    trial.set_user_attr("record", record)
+    if record.get("pruned"):
+        study.tell(trial, state=TrialState.PRUNED)
+    elif record.get("score") is None:
+        study.tell(trial, state=TrialState.FAIL)
+    else:
+        study.tell(trial, record["score"])
+
+
+def finished_records(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    """Records of trials that ran to an end (scored, failed or pruned), keyed by plan key."""
+    done = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED) and "record" in t.user_attrs:
+            done[t.user_attrs["key"]] = t.user_attrs["record"]
+    return done
+
+
+def export_studies(
+    storage: str | optuna.storages.BaseStorage,
+) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """(run info, finished records in trial order) of every study in a storage."""
+    storage = open_storage(storage) if isinstance(storage, str) else storage
     out = []
-    for summary in sorted(optuna.get_all_study_summaries(storage), key=lambda s: s._study_id):
+    for summary in optuna.get_all_study_summaries(storage):
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
-        records = finished_records(study)
-        out.append((study.user_attrs.get("run_info", {}), list(records.values())))
+        out.append((study.user_attrs.get("run_info", {}), list(finished_records(study).values())))
     return out
-
-
-def _postfix(record: dict[str, Any]) -> str:
-    score = record.get("score")
-    text = f"{record['metric']}={score:.3f}" if score is not None else "no score"
-    return text + (" FAILED" if record.get("failed") else "")
 
 
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:

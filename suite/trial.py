@@ -11,13 +11,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import lightning as L
+import optuna
 import torch
 
 from suite.data.module import FeatureDataModule
 from suite.errors import TrialDiverged
 from suite.heads.registry import PreparedTask
 from suite.models import load_encoder
-from suite.spec import HParams, Size
+from suite.spec import Size
+from suite.sweep import HParams
 
 # Lightning sets its loggers to INFO on import; a study prints its own progress and summary.
 logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
@@ -47,8 +49,20 @@ class TrialPlan:
         return f"size={self.size}|{setting}|init={s.init},order={s.order},subsample={s.subsample}"
 
 
-def run_trial(task: PreparedTask, model: str, plan: TrialPlan, progress: bool = False) -> dict[str, Any]:
-    """Train and evaluate; never raises for a failed run, returns it marked as failed."""
+def run_trial(
+    task: PreparedTask,
+    model: str,
+    plan: TrialPlan,
+    progress: bool = False,
+    trainer: dict[str, Any] | None = None,
+    pruning_trial: Any = None,
+) -> dict[str, Any]:
+    """Train and evaluate; never raises for a failed run, returns it marked as failed.
+
+    `trainer` passes Lightning options through (accelerator, devices, strategy, precision);
+    `pruning_trial` (an Optuna trial) is told the dev score after every epoch and may stop
+    the run, which is then recorded as pruned, not failed.
+    """
     record: dict[str, Any] = {
         "key": plan.key,
         "task": task.spec.name,
@@ -63,7 +77,9 @@ def run_trial(task: PreparedTask, model: str, plan: TrialPlan, progress: bool = 
     start = time.perf_counter()
     module = None
     try:
-        module = _fit(task, model, plan, progress, record)
+        module = _fit(task, model, plan, progress, record, trainer or {}, pruning_trial)
+    except optuna.TrialPruned as err:
+        record.update(failed=False, pruned=True, reason=f"pruned: {err}")
     except TrialDiverged as err:
         record.update(failed=True, reason=f"diverged: {err}")
     except Exception as err:  # any crash is a recorded failed run; the study goes on
@@ -75,7 +91,15 @@ def run_trial(task: PreparedTask, model: str, plan: TrialPlan, progress: bool = 
     return record
 
 
-def _fit(task: PreparedTask, model: str, plan: TrialPlan, progress: bool, record: dict[str, Any]) -> Any:
+def _fit(
+    task: PreparedTask,
+    model: str,
+    plan: TrialPlan,
+    progress: bool,
+    record: dict[str, Any],
+    trainer_options: dict[str, Any],
+    pruning_trial: Any,
+) -> Any:
     data = task.data
     train_idx = data.train_indices(plan.size, plan.seeds.subsample)
     train = data.features("train", train_idx)
@@ -94,11 +118,12 @@ def _fit(task: PreparedTask, model: str, plan: TrialPlan, progress: bool, record
         group_by_length=plan.hparams.group_by_length,
     )
     record["module"] = module  # partial results survive a crash mid-training
+    options = {"accelerator": "cpu", "devices": 1, "precision": "32-true", **trainer_options}
+    callbacks = [PruneOnEpoch(pruning_trial, task.spec.metric.main)] if pruning_trial is not None else []
     trainer = L.Trainer(
         max_epochs=plan.hparams.epochs,
-        accelerator="cpu",
-        devices=1,
-        precision="32-true",
+        callbacks=callbacks,
+        **options,
         gradient_clip_val=plan.hparams.max_grad_norm,
         logger=False,
         enable_checkpointing=False,
@@ -110,6 +135,23 @@ def _fit(task: PreparedTask, model: str, plan: TrialPlan, progress: bool, record
     return module
 
 
+class PruneOnEpoch(L.Callback):
+    """Reports each epoch's dev score to Optuna and stops the run when its pruner says so.
+    (optuna-integration's callback broke on Lightning 2.x; this is the part we need.)"""
+
+    def __init__(self, trial: Any, metric: str) -> None:
+        self.trial, self.metric = trial, metric
+
+    def on_train_epoch_end(self, trainer: L.Trainer, module: Any) -> None:
+        if module.history:
+            epoch = module.history[-1]
+            self.trial.report(epoch[self.metric], epoch["epoch"])
+            if self.trial.should_prune():
+                raise optuna.TrialPruned(
+                    f"at epoch {epoch['epoch']} ({self.metric} {epoch[self.metric]:.4f})"
+                )
+
+
 def _finish(task: PreparedTask, record: dict[str, Any], module: Any) -> None:
     """Copy the module's record out and judge the run by the task's failure rule."""
     module = record.pop("module", module)
@@ -119,7 +161,7 @@ def _finish(task: PreparedTask, record: dict[str, Any], module: Any) -> None:
     final = record["epochs"][-1] if record["epochs"] else {}
     record["score"] = final.get(task.spec.metric.main)
     record["scores"] = {k: v for k, v in final.items() if k != "epoch"}
-    if record.get("failed"):
+    if record.get("failed") or record.get("pruned"):
         return
     failed, reason = judge(task, record["score"])
     record.update(failed=failed, reason=reason)

@@ -129,7 +129,7 @@ def tiny_ner(tmp_path: Path, shared_data: Path) -> Path:
     (data / "dev.txt").write_text("\n\n".join(lines[100:132]) + "\n")
     (tmp_path / "sweeps").mkdir(exist_ok=True)
     (tmp_path / "sweeps" / "tiny.yaml").write_text(
-        "name: tiny\nhparams: {lr: 1.0e-3, batch_size: 8, epochs: 1}\nseeds: {replicates: 2}\n"
+        "name: tiny\nhparams: {lr: 1.0e-3, batch_size: 8, epochs: 1}\nseeds: {repeats: 2}\n"
     )
     task = tmp_path / "ner.yaml"
     task.write_text(
@@ -168,7 +168,7 @@ def tiny_task(tmp_path: Path) -> Path:
         (data / name).write_text("s1\ts2\tlabel\n" + "\n".join(_tiny_rows(n, seed)) + "\n")
     (tmp_path / "sweeps").mkdir()
     (tmp_path / "sweeps" / "tiny.yaml").write_text(
-        "name: tiny\nhparams: {lr: 1.0e-3, batch_size: 8, epochs: 2}\nseeds: {master: 0, replicates: 3}\n"
+        "name: tiny\nhparams: {lr: 1.0e-3, batch_size: 8, epochs: 2}\nseeds: {master: 0, repeats: 3}\n"
     )
     (tmp_path / "tasks").mkdir()
     task = tmp_path / "tasks" / "tiny.yaml"

@@ -7,7 +7,8 @@ import pytest
 
 from suite.heads.registry import prepare_task
 from suite.models import load_tokenizer
-from suite.spec import HParams, load_task
+from suite.spec import load_task
+from suite.sweep import HParams
 from suite.trial import Seeds, TrialPlan, run_trial
 from tests.conftest import ARCHITECTURES
 

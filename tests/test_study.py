@@ -1,36 +1,145 @@
 from pathlib import Path
 
 import optuna
+import pytest
 
-from suite.spec import HParams, SeedSpec, SweepSpec, load_task
-from suite.study import child_seed, plan_trials, seed_grid
+from suite.errors import SpecError
+from suite.spec import load_sweep, load_task
+from suite.study import enqueue_plan, open_storage, open_study, plan_trials
+from suite.sweep import HParams, SeedSpec, SweepSpec, child_seed, seed_grid
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_crossed_grid_is_complete_and_independent_draws_are_distinct() -> None:
     crossed = list(seed_grid(SeedSpec(design="crossed", init=3, order=4, subsample=2)))
     assert len(crossed) == 24 and len(set(crossed)) == 24
-    assert len({s.init for s in crossed}) == 3 and len({s.order for s in crossed}) == 4
-    independent = list(seed_grid(SeedSpec(replicates=5)))
-    assert len({s.init for s in independent}) == 5 and len({s.order for s in independent}) == 5
+    assert len({s[0] for s in crossed}) == 3 and len({s[1] for s in crossed}) == 4
+    assert len({s[2] for s in crossed}) == 2
+    independent = list(seed_grid(SeedSpec(repeats=5)))
+    assert len({s[0] for s in independent}) == 5 and len({s[1] for s in independent}) == 5
 
 
-def test_more_replicates_keep_the_earlier_seeds() -> None:
-    five = list(seed_grid(SeedSpec(replicates=5)))
-    eight = list(seed_grid(SeedSpec(replicates=8)))
-    assert eight[:5] == five
+def test_more_repeats_keep_the_earlier_seeds() -> None:
+    assert list(seed_grid(SeedSpec(repeats=8)))[:5] == list(seed_grid(SeedSpec(repeats=5)))
     assert child_seed(0, "init", 0) != child_seed(0, "order", 0) != child_seed(1, "init", 0)
 
 
-def test_plan_covers_every_size_and_seed(tiny_task: Path) -> None:
-    task = load_task(tiny_task).model_copy(update={"sizes": [16, "full"]})
-    sweep = SweepSpec(
-        name="s", hparams=HParams(lr=1e-3, batch_size=8, epochs=1), seeds=SeedSpec(replicates=3)
-    )
+def test_devlin_grid_plans_every_setting_with_every_seed(tiny_task: Path) -> None:
+    task = load_task(tiny_task)
+    sweep = load_sweep(REPO / "sweeps/devlin.yaml")
     plans = plan_trials(task, sweep)
-    assert len(plans) == 6 and len({p.key for p in plans}) == 6
+    assert len(plans) == 4 * 2 * 3 * 3 and len({p.key for p in plans}) == len(plans)
+    settings = {(p.hparams.lr, p.hparams.batch_size, p.hparams.epochs) for p in plans}
+    assert len(settings) == 24
+    seeds_per_setting = {
+        s: {
+            (p.seeds.init, p.seeds.order)
+            for p in plans
+            if (p.hparams.lr, p.hparams.batch_size, p.hparams.epochs) == s
+        }
+        for s in settings
+    }
+    assert len({frozenset(v) for v in seeds_per_setting.values()}) == 1  # same seeds everywhere
 
 
-def test_run_twice_trains_once_and_rewrites_the_same_outputs(tiny_task: Path, tiny_models) -> None:
+def test_random_and_qmc_plans_are_seeded(tiny_task: Path) -> None:
+    raw = {
+        "name": "r",
+        "hparams": {"batch_size": 8, "epochs": 1},
+        "budget": 4,
+        "space": {"lr": {"type": "float", "low": 1e-5, "high": 1e-4, "log": True}},
+    }
+    for sampler in ("random", "qmc"):
+        sweep = SweepSpec.model_validate({**raw, "sampler": {"type": sampler}})
+        assert sweep.settings() == sweep.settings() and len(sweep.settings()) == 4
+        assert all(1e-5 <= s["lr"] <= 1e-4 for s in sweep.settings())
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (
+            {"hparams": {"lr": 1e-3, "batch_size": 8, "epochs": 1, "momentum": 0.9}},
+            "unknown hyperparameter 'momentum'",
+        ),
+        ({"hparams": {"lr": 1e-3, "batch_size": 8}}, "epochs"),
+        (
+            {
+                "hparams": {"batch_size": 8, "epochs": 1},
+                "space": {"lr": {"type": "float", "low": 1e-5, "high": 1e-4}},
+            },
+            "grid sampler needs enumerable values",
+        ),
+        (
+            {
+                "hparams": {"batch_size": 8, "epochs": 1},
+                "sampler": {"type": "tpe"},
+                "space": {"lr": {"type": "float", "low": 1e-5, "high": 1e-4}},
+            },
+            "needs a `budget`",
+        ),
+        (
+            {
+                "hparams": {"lr": 1e-3, "batch_size": 8, "epochs": 1},
+                "space": {"lr": {"type": "categorical", "choices": [1e-3]}},
+            },
+            "both fixed",
+        ),
+    ],
+)
+def test_bad_sweeps_are_rejected(tmp_path: Path, raw: dict, message: str) -> None:
+    import yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "s", **raw}))
+    with pytest.raises(SpecError, match=message):
+        load_sweep(path)
+
+
+def test_enqueue_is_idempotent(tiny_task: Path, tmp_path: Path) -> None:
+    task = load_task(tiny_task)
+    sweep = SweepSpec(name="s", hparams={"lr": 1e-3, "batch_size": 8, "epochs": 1}, seeds=SeedSpec(repeats=3))
+    study = open_study(open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}"), "s", sweep, True)
+    assert enqueue_plan(study, task, sweep) == 3 and enqueue_plan(study, task, sweep) == 0
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert sorted(t.user_attrs["key"] for t in waiting) == sorted(p.key for p in plan_trials(task, sweep))
+
+
+def test_tpe_proposes_hyperparameters_never_seeds(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
+    from suite.cli import main
+
+    out = tiny_task.parent.parent / "runs"
+    args = [
+        "run",
+        str(tiny_task),
+        "--model",
+        str(tiny_models["bert"]),
+        "--out",
+        str(out),
+        "--quiet",
+        "--data-dir",
+        str(tiny_task.parent.parent / "data"),
+        "--sweep",
+        str(REPO / "sweeps/tpe.yaml"),
+        "--profile",
+        "smoke",
+    ]
+    assert main(args) == 0
+    storage = f"sqlite:///{next(out.glob('tiny/*/study.db'))}"
+    (summary,) = optuna.get_all_study_summaries(storage)
+    trials = optuna.load_study(study_name=summary.study_name, storage=storage).get_trials()
+    assert len(trials) == 2 * 2  # budget 2 settings x 2 seed repeats, each once
+    for t in trials:
+        assert set(t.params) == {"lr", "batch_size", "epochs"}  # no seed is ever a parameter
+        assert set(t.user_attrs["seeds"]) == {"init", "order", "subsample"}
+    by_setting: dict = {}
+    for t in trials:
+        by_setting.setdefault(tuple(sorted(t.params.items())), []).append(t.user_attrs["seeds"]["init"])
+    assert len(by_setting) == 2 and all(len(set(v)) == 2 for v in by_setting.values())
+
+
+def test_run_twice_trains_once_and_rewrites_the_same_outputs(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
     from suite.cli import main
 
     out = tiny_task.parent.parent / "runs"
@@ -50,6 +159,10 @@ def test_run_twice_trains_once_and_rewrites_the_same_outputs(tiny_task: Path, ti
     first = trials_file.read_text()
     assert main(args) == 0
     assert trials_file.read_text() == first
-    storage = f"sqlite:///{trials_file.parent / 'study.db'}"
-    summaries = optuna.get_all_study_summaries(storage)
+    summaries = optuna.get_all_study_summaries(f"sqlite:///{trials_file.parent / 'study.db'}")
     assert len(summaries) == 1 and summaries[0].n_trials == 3  # no new trials on the rerun
+
+
+def test_hparams_defaults_fill_the_rest() -> None:
+    sweep = SweepSpec(name="s", hparams={"lr": 1e-3, "batch_size": 8, "epochs": 1})
+    assert sweep.hparams_for({}) == HParams(lr=1e-3, batch_size=8, epochs=1)

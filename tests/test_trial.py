@@ -7,7 +7,8 @@ import torch
 from suite.heads.classification import ClassificationModule
 from suite.heads.registry import PreparedTask, prepare_task
 from suite.models import load_tokenizer
-from suite.spec import FailureSpec, HParams, load_task
+from suite.spec import FailureSpec, load_task
+from suite.sweep import HParams
 from suite.trial import Seeds, TrialPlan, judge, run_trial
 
 HP = HParams(lr=1e-3, batch_size=8, epochs=2)

@@ -13,7 +13,7 @@ from transformers import PreTrainedModel, get_linear_schedule_with_warmup
 from suite.errors import TrialDiverged
 from suite.models import encoder_inputs
 from suite.optim import make_optimizer
-from suite.spec import HParams
+from suite.sweep import HParams
 
 
 class EncoderModule(L.LightningModule):

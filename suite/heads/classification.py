@@ -9,7 +9,7 @@ from transformers import PreTrainedModel
 
 from suite.heads.base import EncoderModule
 from suite.metrics import classification_scores
-from suite.spec import HParams
+from suite.sweep import HParams
 
 
 class ClassificationModule(EncoderModule):

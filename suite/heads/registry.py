@@ -17,7 +17,8 @@ from suite.heads.base import EncoderModule
 from suite.heads.classification import ClassificationModule
 from suite.heads.tagging import TaggingModule
 from suite.metrics import entity_scores, trivial_baseline
-from suite.spec import HParams, TaskSpec
+from suite.spec import TaskSpec
+from suite.sweep import HParams
 
 
 @dataclass

@@ -16,7 +16,7 @@ from transformers import PreTrainedModel
 
 from suite.data.tagging import IGNORE
 from suite.heads.base import EncoderModule
-from suite.spec import HParams
+from suite.sweep import HParams
 
 Scorer = Callable[[list[tuple[int, int, list[int]]]], dict[str, float]]
 

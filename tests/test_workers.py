@@ -1,0 +1,137 @@
+"""Shared storages: several workers, killed workers, no duplicate and no lost trial."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+
+from suite.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _sweep(tmp: Path, epochs: int = 1) -> Path:
+    path = tmp / "sweeps" / "pair.yaml"
+    path.write_text(
+        f"name: pair\nhparams: {{batch_size: 8, epochs: {epochs}}}\n"
+        "space: {lr: {type: categorical, choices: [1.0e-3, 3.0e-4]}}\nseeds: {repeats: 4}\n"
+    )
+    return path
+
+
+def _finished_keys(storage: str) -> tuple[list[str], int]:
+    """Keys of trials that ran to an end, and the number of planned keys."""
+    keys, planned = [], set()
+    for summary in optuna.get_all_study_summaries(storage):
+        for t in optuna.load_study(study_name=summary.study_name, storage=storage).get_trials():
+            planned.add(t.user_attrs["key"])
+            if "record" in t.user_attrs:
+                keys.append(t.user_attrs["key"])
+    return keys, len(planned)
+
+
+def _two_workers(tiny_task: Path, tiny_models, storage: list[str]) -> tuple[list[str], int, Path]:  # noqa: ANN001
+    root = tiny_task.parent.parent
+    out = root / "runs"
+    args = [
+        "run",
+        str(tiny_task),
+        "--model",
+        str(tiny_models["bert"]),
+        "--out",
+        str(out),
+        "--quiet",
+        "--data-dir",
+        str(root / "data"),
+        "--sweep",
+        str(_sweep(root)),
+        "--workers",
+        "2",
+        *storage,
+    ]
+    assert main(args) == 0
+    folder = next(out.glob("tiny/*"))
+    url = storage[1] if storage else f"sqlite:///{folder / 'study.db'}"
+    keys, planned = _finished_keys(url)
+    return keys, planned, folder
+
+
+def test_two_workers_on_sqlite(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
+    keys, planned, folder = _two_workers(tiny_task, tiny_models, [])
+    assert planned == 2 * 4 and len(keys) == 8 and max(Counter(keys).values()) == 1
+    records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
+    assert len(records) == 8 and all(r["worker"] for r in records)
+
+
+def test_two_workers_on_postgresql(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
+    url = os.environ.get("SUITE_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("SUITE_TEST_POSTGRES_URL not set (.ci/run starts a server and sets it)")
+    name = f"tiny-{uuid.uuid4().hex[:8]}"
+    keys, planned, _ = _two_workers(tiny_task, tiny_models, ["--storage", url, "--study", name])
+    mine = [k for k in keys]  # the URL may hold other tests' studies: count only this one
+    study = optuna.load_study(study_name=name, storage=url)
+    mine = [t.user_attrs["key"] for t in study.get_trials() if "record" in t.user_attrs]
+    assert len(mine) == 8 and max(Counter(mine).values()) == 1 and planned >= 8
+
+
+def test_sigkill_mid_trial_then_rerun_runs_every_planned_trial_once(
+    tmp_path: Path, shared_data: Path
+) -> None:
+    """The acceptance check: devlin smoke on RTE, killed with SIGKILL inside a trial."""
+    command = [
+        sys.executable,
+        "-m",
+        "suite",
+        "run",
+        str(REPO / "tasks/rte.yaml"),
+        "--sweep",
+        str(REPO / "sweeps/devlin.yaml"),
+        "--profile",
+        "smoke",
+        "--out",
+        str(tmp_path),
+        "--data-dir",
+        str(shared_data),
+        "--quiet",
+        "--offline",
+    ]
+    env = {**os.environ, "SUITE_HEARTBEAT_S": "1"}
+    db = tmp_path / "rte" / "minilm-l6" / "study.db"
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    storage = f"sqlite:///{db}"
+    deadline = time.time() + 300
+    while time.time() < deadline:  # wait until one trial finished and the next is running
+        time.sleep(0.3)
+        if not db.exists() or not optuna.get_all_study_summaries(storage):
+            continue
+        (summary,) = optuna.get_all_study_summaries(storage)
+        trials = optuna.load_study(study_name=summary.study_name, storage=storage).get_trials()
+        states = Counter(t.state for t in trials)
+        if states[optuna.trial.TrialState.COMPLETE] >= 1 and states[optuna.trial.TrialState.RUNNING] == 1:
+            break
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    keys, planned = _finished_keys(storage)
+    assert 1 <= len(keys) < planned == 8  # killed part-way through
+
+    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    keys, planned = _finished_keys(storage)
+    assert planned == 8 and len(keys) == 8 and max(Counter(keys).values()) == 1
+    retried = [
+        t
+        for t in optuna.load_study(study_name=None, storage=storage).get_trials()
+        if "failed_trial" in t.system_attrs
+    ]
+    assert len(retried) == 1  # the killed trial came back with the same key, seeds and params
+    records = [json.loads(line) for line in (db.parent / "trials.jsonl").open()]
+    assert len(records) == 8 and len({r["key"] for r in records}) == 8
