@@ -77,3 +77,38 @@ def entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str
         if not name.endswith(" avg"):
             scores[f"f1_{name}"] = row["f1-score"]
     return {k: float(v) for k, v in scores.items()}
+
+
+# SQuAD v1.1's official scoring, written from the definition in its evaluate-v1.1.py: answers
+# are lower-cased, stripped of punctuation and of the articles a/an/the, whitespace squeezed;
+# EM and token-overlap F1 take the best gold answer. Written here (not evaluate/datasets'
+# metric) because those fetch the script from the hub at run time, which fails offline.
+def normalize_answer(text: str) -> str:
+    import re
+    import string
+
+    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def _token_f1(prediction: str, gold: str) -> float:
+    from collections import Counter
+
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    common = sum((Counter(pred) & Counter(ref)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_scores(predictions: list[str], golds: list[list[str]]) -> dict[str, float]:
+    """Exact match and F1 in [0, 1], each the max over an example's gold answers, averaged."""
+    em = [
+        max(float(normalize_answer(p) == normalize_answer(g)) for g in gs)
+        for p, gs in zip(predictions, golds, strict=True)
+    ]
+    f1 = [max(_token_f1(p, g) for g in gs) for p, gs in zip(predictions, golds, strict=True)]
+    n = max(len(predictions), 1)
+    return {"exact_match": sum(em) / n, "f1": sum(f1) / n}

@@ -145,7 +145,12 @@ def run_worker(
         "profile": info.get("profile"),
         "eval_split": prepared.spec.eval_split,
     }
-    bar = tqdm(desc="trials", disable=not progress, unit="trial")
+    from suite.study import finished_records, plan_trials
+
+    total = None if sweep.adaptive else len(plan_trials(prepared.spec, sweep))
+    bar = tqdm(
+        desc="trials", total=total, initial=len(finished_records(study)), disable=not progress, unit="trial"
+    )
 
     def done(record: dict[str, Any]) -> None:
         score = record.get("score")

@@ -39,7 +39,7 @@ class HubSource(Strict):
 
 class DataSpec(Strict):
     local: str | None = Field(None, description="folder under the data directory")
-    format: Literal["tsv", "csv", "jsonl", "conll"] = "tsv"
+    format: Literal["tsv", "csv", "jsonl", "conll", "mrqa", "squad"] = "tsv"
     train: str | None = None
     validation: str | None = None
     test: str | None = None
@@ -56,11 +56,12 @@ class DataSpec(Strict):
     def _has_a_source(self) -> DataSpec:
         if self.local is None and self.hub is None:
             raise ValueError("give `local` (a folder under the data directory) or `hub`")
-        if self.local is not None and (self.train is None or self.validation is None):
+        qa = self.format in ("mrqa", "squad")  # QA evaluates on a held-out pool (qa.eval_pool)
+        if self.local is not None and (self.train is None or (self.validation is None and not qa)):
             raise ValueError("a local source needs `train` and `validation` file names")
         if not self.header and not self.columns:
             raise ValueError("`header: false` needs `columns` naming each column")
-        if self.format != "conll" and (self.text is None or self.label is None):
+        if self.format in ("tsv", "csv", "jsonl") and (self.text is None or self.label is None):
             raise ValueError(f"format {self.format} needs `text` and `label` columns")
         return self
 
@@ -88,6 +89,18 @@ class TaggingSpec(Strict):
     label_all_subtokens: bool = Field(False, description="label every sub-token (B- continues as I-)")
 
 
+class QASpec(Strict):
+    """Extractive QA: few-shot split files, the held-out evaluation pool, windows, decoding."""
+
+    train_sizes: list[int] = Field(description="sizes that have split files (data.train pattern)")
+    split_seeds: list[int] = Field(description="seeds that have split files; subsample seeds pick them")
+    eval_pool: list[str] = Field(min_length=1, description="files whose questions form the held-out pool")
+    eval_seed: int = 0
+    doc_stride: int = Field(128, ge=8)
+    n_best: int = Field(20, ge=1)
+    max_answer_length: int = Field(30, ge=1)
+
+
 class Reported(Strict):
     model: str
     value: float
@@ -108,6 +121,7 @@ class TaskSpec(Strict):
     labels: list[str] | None = Field(None, description="classes, or entity types for tagging")
     regression: bool = False
     tagging: TaggingSpec = TaggingSpec()
+    qa: QASpec | None = None
     eval_split: Literal["validation", "test"] = "validation"
     metric: MetricSpec
     max_length: int = Field(128, ge=8, le=8192)
@@ -133,7 +147,13 @@ class TaskSpec(Strict):
             raise ValueError("a regression task takes no `labels`")
         if self.head == "tagging" and (self.data.format != "conll" or not self.labels):
             raise ValueError("a tagging task needs `data.format: conll` and `labels` (entity types)")
-        if getattr(self.data, self.eval_split) is None and self.data.hub is None:
+        if self.head == "span" and (self.qa is None or self.data.format not in ("mrqa", "squad")):
+            raise ValueError("a span task needs a `qa` block and `data.format: mrqa` or `squad`")
+        if self.head == "span" and (bad := [s for s in self.sizes if s not in self.qa.train_sizes]):
+            raise ValueError(
+                f"size {bad[0]} has no few-shot split file (qa.train_sizes {self.qa.train_sizes})"
+            )
+        if self.head != "span" and getattr(self.data, self.eval_split) is None and self.data.hub is None:
             raise ValueError(f"eval_split {self.eval_split!r} needs a `data.{self.eval_split}` file")
         known = METRICS_BY_HEAD[self.head]
         for name in [self.metric.main, *self.metric.extra]:

@@ -26,6 +26,13 @@ class HParams(Strict):
     bias_correction: bool = True
     max_grad_norm: float = Field(1.0, gt=0)
     group_by_length: bool = Field(False, description="batch examples of similar length (less padding)")
+    min_steps: int = Field(0, ge=0, description="train at least this many steps (more epochs on tiny sets)")
+
+    def epochs_for(self, n_train: int) -> int:
+        """Epochs to run: `epochs`, or more when a tiny training set needs `min_steps`
+        (Splinter's few-shot recipe: 10 epochs or 200 steps, whichever is more)."""
+        steps_per_epoch = max(1, -(-n_train // self.batch_size))
+        return max(self.epochs, -(-self.min_steps // steps_per_epoch))
 
 
 class Param(Strict):
@@ -95,6 +102,9 @@ class SeedSpec(Strict):
     init: int = Field(5, ge=1, description="crossed design: init seeds")
     order: int = Field(5, ge=1, description="crossed design: order seeds")
     subsample: int = Field(1, ge=1, description="subsample draws per small-data size")
+    subsample_seeds: list[int] | None = Field(
+        None, description="explicit subsample seeds (e.g. the few-shot split files' seeds) instead of draws"
+    )
 
 
 class SweepSpec(Strict):
@@ -207,10 +217,9 @@ def seed_grid(seeds: SeedSpec) -> Iterator[tuple[int, int, int]]:
         pairs = list(product(range(seeds.init), range(seeds.order)))
     else:
         pairs = [(i, i) for i in range(seeds.repeats)]
-    for sub in range(seeds.subsample):
+    subsamples = seeds.subsample_seeds or [
+        child_seed(seeds.master, "subsample", s) for s in range(seeds.subsample)
+    ]
+    for sub in subsamples:
         for i, o in pairs:
-            yield (
-                child_seed(seeds.master, "init", i),
-                child_seed(seeds.master, "order", o),
-                child_seed(seeds.master, "subsample", sub),
-            )
+            yield child_seed(seeds.master, "init", i), child_seed(seeds.master, "order", o), sub

@@ -105,6 +105,8 @@ def _fit(
     train = data.features("train", train_idx)
     dev = data.features("dev", data.dev_indices())
     record.update(n_train=len(train), n_dev=len(dev))
+    if task.eval_note is not None:
+        record["eval_set"] = task.eval_note()
 
     torch.manual_seed(plan.seeds.init)  # the head's initial weights
     module = task.build_module(load_encoder(model), plan.hparams)
@@ -121,7 +123,7 @@ def _fit(
     options = {"accelerator": "cpu", "devices": 1, "precision": "32-true", **trainer_options}
     callbacks = [PruneOnEpoch(pruning_trial, task.spec.metric.main)] if pruning_trial is not None else []
     trainer = L.Trainer(
-        max_epochs=plan.hparams.epochs,
+        max_epochs=record.setdefault("epochs_run", plan.hparams.epochs_for(len(train))),
         callbacks=callbacks,
         **options,
         gradient_clip_val=plan.hparams.max_grad_norm,

@@ -11,12 +11,14 @@ from typing import Any
 from transformers import DataCollatorWithPadding, PreTrainedModel
 
 from suite.data.classification import ClassificationData
+from suite.data.squad import EVAL_POOL_LABEL, QAData
 from suite.data.tagging import TaggingData, assemble, collate_tagging
 from suite.errors import SpecError
 from suite.heads.base import EncoderModule
 from suite.heads.classification import ClassificationModule
+from suite.heads.span import SpanModule, best_answers, collate_span
 from suite.heads.tagging import TaggingModule
-from suite.metrics import entity_scores, trivial_baseline
+from suite.metrics import entity_scores, squad_scores, trivial_baseline
 from suite.spec import TaskSpec
 from suite.sweep import HParams
 
@@ -31,6 +33,7 @@ class PreparedTask:
     collate: Callable | None
     baseline: dict[str, float]
     builder: Callable[[PreparedTask, PreTrainedModel, HParams], EncoderModule] | None = None
+    eval_note: Callable[[], dict[str, Any]] | None = None  # what the evaluation set is, per trial
 
     def build_module(self, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
         return self.builder(self, encoder, hparams)
@@ -71,9 +74,40 @@ def _tagging(spec: TaskSpec, root: Path | None, tokenizer: Any) -> PreparedTask:
     return PreparedTask(spec, data, tokenizer, collate_tagging(tokenizer), baseline, build)
 
 
+def span_scorer(data: QAData) -> Callable[[dict, dict], dict[str, float]]:
+    """Window logits -> best answer per held-out question -> official SQuAD EM/F1."""
+    windows = data.features("dev", data.dev_indices())
+    contexts, golds, qa = [e.context for e in data.dev], data.golds(), data.qa
+
+    def score(start: dict, end: dict) -> dict[str, float]:
+        answers = best_answers(windows, contexts, start, end, qa.n_best, qa.max_answer_length)
+        return squad_scores(answers, golds)
+
+    return score
+
+
+def _span(spec: TaskSpec, root: Path | None, tokenizer: Any) -> PreparedTask:
+    data = QAData(spec, root, tokenizer)
+    baseline = {name: 0.0 for name in [spec.metric.main, *spec.metric.extra]}  # no answer scores 0
+
+    def build(task: PreparedTask, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
+        return SpanModule(encoder, hparams, span_scorer(data))
+
+    def note() -> dict[str, Any]:
+        return {
+            "label": EVAL_POOL_LABEL,
+            "questions": len(data.dev),
+            "pool": len(data.pool),
+            "pool_files": spec.qa.eval_pool,
+        }
+
+    return PreparedTask(spec, data, tokenizer, collate_span(tokenizer), baseline, build, note)
+
+
 HEADS: dict[str, Callable[[TaskSpec, Path | None, Any], PreparedTask]] = {
     "classification": _classification,
     "tagging": _tagging,
+    "span": _span,
 }
 
 

@@ -1,0 +1,200 @@
+"""Extractive QA examples: SQuAD v1.1 JSON and MRQA JSONL readers, the few-shot split files,
+the held-out evaluation pool, and doc-stride windows with offsets.
+
+Offline there is no official SQuAD dev set: evaluation uses questions from the pool files that
+are not in the training split in use (the five Splinter 1024-question files hold 5,010
+distinct SQuAD-train questions), in a fixed seeded order, and every result says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suite.data.cache import cached, tokenizer_fingerprint
+from suite.data.paths import local_file
+from suite.errors import DataError
+from suite.spec import TaskSpec
+
+EVAL_POOL_LABEL = "held-out SQuAD-train questions (not the official SQuAD dev set)"
+
+
+@dataclass(frozen=True)
+class QAExample:
+    id: str
+    question: str
+    context: str
+    answers: tuple[str, ...]
+    answer_start: int  # character span [start, end) of the training target in the context
+    answer_end: int
+
+
+def read_mrqa(path: Path) -> list[QAExample]:
+    """MRQA JSONL: a header line, then one context per line with its questions."""
+    examples = []
+    with path.open(encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            row = json.loads(line)
+            if "header" in row:
+                continue
+            for qa in row["qas"]:
+                # MRQA's detected char spans are inclusive and may differ from answers[0]
+                # (e.g. without a leading "The"): they are the located target.
+                spans = [s for d in qa.get("detected_answers", []) for s in d["char_spans"]]
+                start = spans[0][0] if spans else row["context"].find(qa["answers"][0])
+                end = spans[0][1] + 1 if spans else start + len(qa["answers"][0])
+                if start < 0:
+                    raise DataError(
+                        f"{path}:{line_no}: answer of question {qa['id']} not found in its context"
+                    )
+                examples.append(
+                    QAExample(qa["id"], qa["question"], row["context"], tuple(qa["answers"]), start, end)
+                )
+    return examples
+
+
+def read_squad_json(path: Path) -> list[QAExample]:
+    """SQuAD v1.1 JSON: data -> paragraphs -> qas."""
+    data = json.loads(path.read_text(encoding="utf-8"))["data"]
+    return [
+        QAExample(
+            qa["id"],
+            qa["question"],
+            p["context"],
+            tuple(a["text"] for a in qa["answers"]),
+            qa["answers"][0]["answer_start"],
+            qa["answers"][0]["answer_start"] + len(qa["answers"][0]["text"]),
+        )
+        for article in data
+        for p in article["paragraphs"]
+        for qa in p["qas"]
+    ]
+
+
+def read_qa(path: Path, fmt: str) -> list[QAExample]:
+    return read_mrqa(path) if fmt == "mrqa" else read_squad_json(path)
+
+
+class QAData:
+    """Few-shot training splits by (size, split seed) and a held-out evaluation pool."""
+
+    def __init__(self, spec: TaskSpec, root: Path | None, tokenizer: Any) -> None:
+        self.spec, self.tokenizer, self.qa = spec, tokenizer, spec.qa
+        self.root = root
+        self.sources: dict[str, str] = {}
+        pool: dict[str, QAExample] = {}
+        for name in self.qa.eval_pool:
+            path = local_file(root, spec.data.local, name, "qa.eval_pool", spec.name)
+            for example in read_qa(path, spec.data.format):
+                pool.setdefault(example.id, example)
+            self.sources[f"pool:{name}"] = str(path)
+        # A fixed, seeded order of the pool: the first eval_limit questions not in the training
+        # split are evaluated, so evaluation sets of different splits overlap almost entirely.
+        self.pool = sorted(
+            pool.values(), key=lambda e: hashlib.sha256(f"{self.qa.eval_seed}:{e.id}".encode()).hexdigest()
+        )
+        self.train: dict[str, list[QAExample]] = {}
+        self.dev: list[QAExample] = []
+
+    def _train_split(self, size: int | str, split_seed: int) -> list[QAExample]:
+        if str(size) not in {str(s) for s in self.qa.train_sizes} or split_seed not in self.qa.split_seeds:
+            raise DataError(
+                f"task {self.spec.name}: no few-shot split for size {size} and seed {split_seed} "
+                f"(sizes {self.qa.train_sizes}, split seeds {self.qa.split_seeds})"
+            )
+        name = self.spec.data.train.format(seed=split_seed, size=size)
+        if name not in self.train:
+            path = local_file(self.root, self.spec.data.local, name, "train", self.spec.name)
+            self.train[name] = read_qa(path, self.spec.data.format)
+            self.sources[f"train:{name}"] = str(path)
+        return self.train[name]
+
+    @property
+    def num_labels(self) -> int:
+        return 2
+
+    def train_indices(self, size: int | str, subsample_seed: int) -> np.ndarray:
+        """The split file *is* the subsample: (size, seed) names it; returns its indices and
+        makes the held-out evaluation set for it."""
+        split = self._train_split(size, subsample_seed)
+        used = {e.id for e in split}
+        limit = self.spec.eval_limit or len(self.pool)
+        self.dev = [e for e in self.pool if e.id not in used][:limit]
+        self._current = split
+        return np.arange(len(split))
+
+    def dev_indices(self) -> np.ndarray:
+        return np.arange(len(self.dev))
+
+    def features(self, split: str, indices: np.ndarray) -> list[dict[str, Any]]:
+        examples = self._current if split == "train" else self.dev
+        key = {
+            "kind": "span",
+            "version": 2,
+            "split": split,
+            "tokenizer": tokenizer_fingerprint(self.tokenizer),
+            "ids": [examples[i].id for i in indices],
+            "max_length": self.spec.max_length,
+            "stride": self.qa.doc_stride,
+        }
+
+        def build() -> list[dict[str, Any]]:
+            chosen = [examples[i] for i in indices]
+            features = windows(
+                self.tokenizer, chosen, self.spec.max_length, self.qa.doc_stride, split == "train"
+            )
+            for number, feature in enumerate(features):
+                feature["window"] = number
+            return features
+
+        return cached(key, build)
+
+    def golds(self) -> list[list[str]]:
+        return [list(e.answers) for e in self.dev]
+
+
+def windows(
+    tokenizer: Any, examples: list[QAExample], max_length: int, stride: int, train: bool
+) -> list[dict[str, Any]]:
+    """Question + context windows (`only_second` truncation, doc stride), as Hugging Face's
+    run_qa prepares them: each window knows its example, its context-token offsets, and its
+    answer's token span, or the CLS position when the answer is not inside it."""
+    encoded = tokenizer(
+        [e.question.lstrip() for e in examples],
+        [e.context for e in examples],
+        truncation="only_second",
+        max_length=max_length,
+        stride=stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+    )
+    features = []
+    for w in range(len(encoded["input_ids"])):
+        example_index = encoded["overflow_to_sample_mapping"][w]
+        sequence = encoded.sequence_ids(w)
+        offsets = [o if sequence[i] == 1 else None for i, o in enumerate(encoded["offset_mapping"][w])]
+        feature = {
+            k: encoded[k][w] for k in encoded if k not in ("offset_mapping", "overflow_to_sample_mapping")
+        }
+        feature.update(example=example_index, offsets=offsets)
+        if train:
+            feature["start_positions"], feature["end_positions"] = _answer_span(
+                examples[example_index], offsets
+            )
+        features.append(feature)
+    return features
+
+
+def _answer_span(example: QAExample, offsets: list[tuple[int, int] | None]) -> tuple[int, int]:
+    start_char, end_char = example.answer_start, example.answer_end
+    context = [i for i, o in enumerate(offsets) if o is not None]
+    if offsets[context[0]][0] > start_char or offsets[context[-1]][1] < end_char:
+        return 0, 0  # the answer is not (wholly) in this window: point at CLS
+    start = next(i for i in context if offsets[i][1] > start_char)
+    end = next(i for i in reversed(context) if offsets[i][0] < end_char)
+    return start, end
