@@ -192,3 +192,15 @@ def clean_copy(tmp_path: Path):  # noqa: ANN201
         return target
 
     return copy
+
+
+def run_tiny(task: Path, model: Path, *extra: str, expect: int = 0) -> Path:
+    """`suite run` on a fixture task (data in the fixture's `data/`, runs in its `runs/`);
+    returns the run folder."""
+    from suite.cli import main
+
+    root = task.parent if (task.parent / "data").is_dir() else task.parent.parent
+    out = root / "runs"
+    args = ["run", str(task), "--model", str(model), "--out", str(out), "--data-dir", str(root / "data")]
+    assert main([*args, "--quiet", *extra]) == expect
+    return next(out.glob(f"{task.stem}/*"), out)

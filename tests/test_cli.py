@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from suite.cli import main
+from tests.conftest import run_tiny
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -83,42 +84,15 @@ def test_bad_size_flag(capsys, tmp_path: Path) -> None:  # noqa: ANN001
 def test_diverging_trial_is_kept_and_the_study_goes_on(tiny_task, tiny_models, capsys) -> None:  # noqa: ANN001
     sweep = tiny_task.parent.parent / "sweeps" / "tiny.yaml"
     sweep.write_text(sweep.read_text().replace("lr: 1.0e-3", "lr: 0.9"))  # far too large
-    out = tiny_task.parent.parent / "runs"
-    code = main(
-        [
-            "run",
-            str(tiny_task),
-            "--model",
-            str(tiny_models["bert"]),
-            "--out",
-            str(out),
-            "--data-dir",
-            str(tiny_task.parent.parent / "data"),
-            "--quiet",
-        ]
-    )
-    assert code == 0
-    records = [json.loads(line) for line in next(out.glob("tiny/*/trials.jsonl")).open()]
+    folder = run_tiny(tiny_task, tiny_models["bert"])
+    records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
     assert len(records) == 3 and all("failed" in r and "reason" in r for r in records)
 
 
 def test_end_to_end_on_the_tiny_task(tiny_task: Path, tiny_models, capsys) -> None:  # noqa: ANN001
-    out = tiny_task.parent.parent / "runs"
-    code = main(
-        [
-            "run",
-            str(tiny_task),
-            "--model",
-            str(tiny_models["roberta"]),
-            "--out",
-            str(out),
-            "--data-dir",
-            str(tiny_task.parent.parent / "data"),
-            "--quiet",
-        ]
-    )
-    assert code == 0
-    records = [json.loads(line) for line in (out / "tiny" / "roberta" / "trials.jsonl").open()]
+    folder = run_tiny(tiny_task, tiny_models["roberta"])
+    assert folder.name == "roberta"
+    records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
     assert len(records) == 3 and len({r["seeds"]["init"] for r in records}) == 3
     for r in records:
         assert set(r) >= {
@@ -133,6 +107,6 @@ def test_end_to_end_on_the_tiny_task(tiny_task: Path, tiny_models, capsys) -> No
             "threads",
         }
         assert [e["epoch"] for e in r["epochs"]] == [1, 2]
-    info = json.loads((out / "tiny" / "roberta" / "run.json").read_text())
+    info = json.loads((folder / "run.json").read_text())
     assert info["task"]["name"] == "tiny" and info["versions"]["torch"]
     assert "median" in capsys.readouterr().out

@@ -10,24 +10,12 @@ from suite.cli import main
 from suite.compare import compare
 from suite.errors import SuiteError
 from suite.leaderboard import read_leaderboard, validate
+from tests.conftest import run_tiny
 
 
 @pytest.fixture
 def finished_run(tiny_task: Path, tiny_models) -> Path:  # noqa: ANN001
-    out = tiny_task.parent.parent / "runs"
-    args = [
-        "run",
-        str(tiny_task),
-        "--model",
-        str(tiny_models["bert"]),
-        "--out",
-        str(out),
-        "--data-dir",
-        str(tiny_task.parent.parent / "data"),
-        "--quiet",
-    ]
-    assert main(args) == 0
-    return out / "tiny" / "bert"
+    return run_tiny(tiny_task, tiny_models["bert"])
 
 
 def test_run_writes_a_valid_leaderboard_entry(finished_run: Path) -> None:

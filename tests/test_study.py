@@ -7,6 +7,7 @@ from suite.errors import SpecError
 from suite.spec import load_sweep, load_task
 from suite.study import enqueue_plan, open_storage, open_study, plan_trials
 from suite.sweep import HParams, SeedSpec, SweepSpec, child_seed, seed_grid
+from tests.conftest import run_tiny
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -107,26 +108,10 @@ def test_enqueue_is_idempotent(tiny_task: Path, tmp_path: Path) -> None:
 
 
 def test_tpe_proposes_hyperparameters_never_seeds(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
-    from suite.cli import main
-
-    out = tiny_task.parent.parent / "runs"
-    args = [
-        "run",
-        str(tiny_task),
-        "--model",
-        str(tiny_models["bert"]),
-        "--out",
-        str(out),
-        "--quiet",
-        "--data-dir",
-        str(tiny_task.parent.parent / "data"),
-        "--sweep",
-        str(REPO / "sweeps/tpe.yaml"),
-        "--profile",
-        "smoke",
-    ]
-    assert main(args) == 0
-    storage = f"sqlite:///{next(out.glob('tiny/*/study.db'))}"
+    folder = run_tiny(
+        tiny_task, tiny_models["bert"], "--sweep", str(REPO / "sweeps/tpe.yaml"), "--profile", "smoke"
+    )
+    storage = f"sqlite:///{folder / 'study.db'}"
     (summary,) = optuna.get_all_study_summaries(storage)
     trials = optuna.load_study(study_name=summary.study_name, storage=storage).get_trials()
     assert len(trials) == 2 * 2  # budget 2 settings x 2 seed repeats, each once
@@ -140,24 +125,9 @@ def test_tpe_proposes_hyperparameters_never_seeds(tiny_task: Path, tiny_models) 
 
 
 def test_run_twice_trains_once_and_rewrites_the_same_outputs(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
-    from suite.cli import main
-
-    out = tiny_task.parent.parent / "runs"
-    args = [
-        "run",
-        str(tiny_task),
-        "--model",
-        str(tiny_models["bert"]),
-        "--out",
-        str(out),
-        "--data-dir",
-        str(tiny_task.parent.parent / "data"),
-        "--quiet",
-    ]
-    assert main(args) == 0
-    trials_file = next(out.glob("tiny/*/trials.jsonl"))
+    trials_file = run_tiny(tiny_task, tiny_models["bert"]) / "trials.jsonl"
     first = trials_file.read_text()
-    assert main(args) == 0
+    run_tiny(tiny_task, tiny_models["bert"])
     assert trials_file.read_text() == first
     summaries = optuna.get_all_study_summaries(f"sqlite:///{trials_file.parent / 'study.db'}")
     assert len(summaries) == 1 and summaries[0].n_trials == 3  # no new trials on the rerun

@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from suite.cli import main
+from tests.conftest import run_tiny
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,34 +38,14 @@ def _finished_keys(storage: str) -> tuple[list[str], int]:
     return keys, len(planned)
 
 
-def _two_workers(tiny_task: Path, tiny_models, storage: list[str]) -> tuple[list[str], int, Path]:  # noqa: ANN001
-    root = tiny_task.parent.parent
-    out = root / "runs"
-    args = [
-        "run",
-        str(tiny_task),
-        "--model",
-        str(tiny_models["bert"]),
-        "--out",
-        str(out),
-        "--quiet",
-        "--data-dir",
-        str(root / "data"),
-        "--sweep",
-        str(_sweep(root)),
-        "--workers",
-        "2",
-        *storage,
-    ]
-    assert main(args) == 0
-    folder = next(out.glob("tiny/*"))
-    url = storage[1] if storage else f"sqlite:///{folder / 'study.db'}"
-    keys, planned = _finished_keys(url)
-    return keys, planned, folder
+def _two_workers(tiny_task: Path, tiny_models, storage: list[str]) -> Path:  # noqa: ANN001
+    sweep = _sweep(tiny_task.parent.parent)
+    return run_tiny(tiny_task, tiny_models["bert"], "--sweep", str(sweep), "--workers", "2", *storage)
 
 
 def test_two_workers_on_sqlite(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
-    keys, planned, folder = _two_workers(tiny_task, tiny_models, [])
+    folder = _two_workers(tiny_task, tiny_models, [])
+    keys, planned = _finished_keys(f"sqlite:///{folder / 'study.db'}")
     assert planned == 2 * 4 and len(keys) == 8 and max(Counter(keys).values()) == 1
     records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
     assert len(records) == 8 and all(r["worker"] for r in records)
@@ -76,11 +56,12 @@ def test_two_workers_on_postgresql(tiny_task: Path, tiny_models) -> None:  # noq
     if not url:
         pytest.skip("SUITE_TEST_POSTGRES_URL not set (.ci/run starts a server and sets it)")
     name = f"tiny-{uuid.uuid4().hex[:8]}"
-    keys, planned, _ = _two_workers(tiny_task, tiny_models, ["--storage", url, "--study", name])
-    mine = [k for k in keys]  # the URL may hold other tests' studies: count only this one
-    study = optuna.load_study(study_name=name, storage=url)
-    mine = [t.user_attrs["key"] for t in study.get_trials() if "record" in t.user_attrs]
-    assert len(mine) == 8 and max(Counter(mine).values()) == 1 and planned >= 8
+    folder = _two_workers(tiny_task, tiny_models, ["--storage", url, "--study", name])
+    # The server may hold other runs' studies: count this one's trials only.
+    trials = optuna.load_study(study_name=name, storage=url).get_trials()
+    keys = [t.user_attrs["key"] for t in trials if "record" in t.user_attrs]
+    assert len(trials) == 8 and len(keys) == 8 and max(Counter(keys).values()) == 1
+    assert json.loads((folder / "run.json").read_text())["storage"].startswith("postgresql://suite:***@")
 
 
 def test_sigkill_mid_trial_then_rerun_runs_every_planned_trial_once(
