@@ -26,6 +26,7 @@ CELLS = [
         "    for part in ('all', 'excluding_failed'):\n"
         "        s = e['summary'][part]\n"
         "        rows.append({'task': e['task'], 'model': e['model'], 'size': e['size'], 'sweep': e['sweep'],\n"
+        "                     'pruner': e.get('pruner', 'none'), 'pruned': e['summary'].get('pruned', 0),\n"
         "                     'runs': part, 'n': s['n'], 'failed': e['summary']['failed'],\n"
         "                     **{k: 100 * s[k] for k in ('median', 'iqr', 'mean', 'std', 'min', 'max') if k in s},\n"
         "                     'median 95% CI': [round(100 * v, 2) for v in s['ci95_median'] or []]})\n"

@@ -20,6 +20,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="default", help="smoke | default | full (from the YAML)")
     p.add_argument("--out", default="runs", help="runs folder (default: runs)")
     p.add_argument("--size", action="append", help="small-data size(s) instead of the task's")
+    p.add_argument("--eval-split", choices=["validation", "test"], help="evaluate on this split")
     p.add_argument("--seeds", type=int, help="repeats (independent design) or N init x N order (crossed)")
     p.add_argument("--storage", help="Optuna storage URL (default: sqlite study.db in the run folder)")
     p.add_argument("--study", help="study name (default: task|model|sweep|profile)")

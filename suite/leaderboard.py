@@ -76,6 +76,7 @@ def _entry(info: dict[str, Any], size: Any, records: list[dict[str, Any]]) -> di
         "size": size,
         "sweep": info["sweep"]["name"],
         "profile": info.get("profile"),
+        "pruner": info["sweep"].get("pruner", {}).get("type", "none"),
         "metric": metric,
         "higher_is_better": task["metric"]["higher_is_better"],
         "eval_split": task.get("eval_split", "validation"),

@@ -76,6 +76,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     sweep_path = Path(args.sweep) if args.sweep else resolve_sweep_path(task_path, task.sweep)
     sweep = load_sweep(sweep_path, args.profile)
     task, sweep = apply_overrides(task, sweep, args.size, args.seeds)
+    if args.eval_split:
+        task = TaskSpec.model_validate({**task.model_dump(), "eval_split": args.eval_split})
     model = args.model or task.model
     if args.workers < 1:
         raise SpecError(f"--workers: expected a positive integer, got {args.workers}")

@@ -99,3 +99,16 @@ def test_compare_command(finished_run: Path, tmp_path: Path, capsys) -> None:  #
     png = tmp_path / "cmp.png"
     assert main(["compare", str(finished_run), str(finished_run), "--plot", str(png)]) == 0
     assert "Mann-Whitney" in capsys.readouterr().out and png.stat().st_size > 1000
+
+
+def test_export_writes_jsonl_and_csv(finished_run: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    import csv
+
+    jsonl, table = tmp_path / "t.jsonl", tmp_path / "t.csv"
+    assert main(["export", str(finished_run), "-o", str(jsonl)]) == 0
+    assert main(["export", "--storage", f"sqlite:///{finished_run / 'study.db'}", "-o", str(table)]) == 0
+    records = [json.loads(line) for line in jsonl.open()]
+    rows = list(csv.DictReader(table.open()))
+    assert len(records) == len(rows) == 3
+    assert {r["key"] for r in records} == {row["key"] for row in rows}
+    assert "seeds.init" in rows[0] and "loss_curve" not in rows[0]

@@ -142,3 +142,9 @@ def test_label_all_subtokens_continues_b_as_i(tiny_tokenizers, tiny_ner: Path) -
     starts = set(feature["word_starts"])
     inner = [data.tags[x] for i, x in enumerate(feature["labels"]) if x != -100 and i not in starts]
     assert inner and not any(t.startswith("B-") for t in inner)
+
+
+def test_eval_split_test_reads_the_test_file(shared_data: Path, capsys) -> None:  # noqa: ANN001
+    task = load_task(REPO / "tasks/ner.yaml").model_copy(update={"eval_split": "test"})
+    data = prepare_task(task, shared_data, load_tokenizer("minilm-l6")).data
+    assert data.sources["dev"].endswith("eng.testb") and len(data.sentences["dev"]) == 3453

@@ -72,3 +72,25 @@ def test_mrpc_baseline_is_the_all_positive_classifier(shared_data: Path) -> None
     base = trivial_baseline(names, data.labels["train"], data.labels["dev"], False)
     assert base["f1"] == pytest.approx(0.812, abs=1e-3) and base["accuracy"] == pytest.approx(0.684, abs=1e-3)
     assert np.bincount(data.labels["dev"]).tolist() == [129, 279]
+
+
+class _AlwaysPrune:
+    """An Optuna trial stand-in whose pruner stops every run after its first report."""
+
+    def __init__(self) -> None:
+        self.reports: list[tuple[float, int]] = []
+
+    def report(self, value: float, step: int) -> None:
+        self.reports.append((value, step))
+
+    def should_prune(self) -> bool:
+        return True
+
+
+def test_pruned_run_is_recorded_as_pruned_not_failed(prepared, tiny_models) -> None:  # noqa: ANN001
+    trial = _AlwaysPrune()
+    record = run_trial(
+        prepared, str(tiny_models["bert"]), TrialPlan(16, HP, Seeds(1, 2, 3)), pruning_trial=trial
+    )
+    assert record["pruned"] and not record["failed"] and record["reason"].startswith("pruned: at epoch 1")
+    assert len(record["epochs"]) == 1 and trial.reports == [(record["score"], 1)]
