@@ -65,7 +65,9 @@ def _entry(info: dict[str, Any], size: Any, records: list[dict[str, Any]]) -> di
     reported = [
         {**rep, "gap": gap_to_reported(main, rep["value"], rep["statistic"])}
         for rep in task.get("reported", [])
-        if rep["metric"] == metric and _same_split(rep["split"], task.get("eval_split", "validation"))
+        if rep["metric"] == metric
+        and _same_split(rep["split"], task.get("eval_split", "validation"))
+        and rep.get("size") in (None, size)
     ]
     return {
         "rank": 1,

@@ -259,7 +259,8 @@ def run_info(
 def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) -> str:
     s = summarize(records)
     a = s["all"]
-    lines = [f"{task.name} ({task.metric.main} x100, dev) -> {folder / 'trials.jsonl'}"]
+    split = "dev" if task.eval_split == "validation" else task.eval_split
+    lines = [f"{task.name} ({task.metric.main} x100, {split}) -> {folder / 'trials.jsonl'}"]
     if a.get("n"):
         lines.append("    n  median     IQR     min     max  failed")
         cells = " ".join(f"{100 * a[k]:7.2f}" for k in ("median", "iqr", "min", "max"))

@@ -110,6 +110,7 @@ class Reported(Strict):
     split: str
     source: str = Field(description="paper and table/figure")
     arxiv: str | None = None
+    size: int | Literal["full"] | None = Field(None, description="training size it applies to (None: any)")
     note: str | None = None
 
 
