@@ -257,16 +257,27 @@ def run_info(
 
 
 def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) -> str:
-    s = summarize(records)
-    a = s["all"]
+    """One row per (size, hyperparameter setting): n, median, IQR, min, max, failed runs."""
     split = "dev" if task.eval_split == "validation" else task.eval_split
-    lines = [f"{task.name} ({task.metric.main} x100, {split}) -> {folder / 'trials.jsonl'}"]
-    if a.get("n"):
-        lines.append("    n  median     IQR     min     max  failed")
-        cells = " ".join(f"{100 * a[k]:7.2f}" for k in ("median", "iqr", "min", "max"))
-        lines.append(f"{a['n']:5d} {cells}  {s['failed']}/{s['runs']}")
-    else:
-        lines.append(f"no scored runs; failed {s['failed']}/{s['runs']}")
+    lines = [
+        f"{task.name} ({task.metric.main} x100, {split}) -> {folder / 'trials.jsonl'}",
+        f"{'size':>6s} {'setting':28s} {'n':>4s} {'median':>7s} {'IQR':>7s} {'min':>7s} {'max':>7s}  failed",
+    ]
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        h = r["hparams"]
+        groups.setdefault(
+            (str(r["size"]), f"lr={h['lr']:g} bs={h['batch_size']} ep={h['epochs']}"), []
+        ).append(r)
+    for (size, setting), rows in groups.items():
+        s = summarize(rows)
+        a = s["all"]
+        cells = (
+            " ".join(f"{100 * a[k]:7.2f}" for k in ("median", "iqr", "min", "max"))
+            if a.get("n")
+            else "no scored runs"
+        )
+        lines.append(f"{size:>6s} {setting:28s} {a['n']:4d} {cells}  {s['failed']}/{s['runs']}")
     failed = [r for r in records if r.get("failed")]
     for r in failed[:5]:
         lines.append(f"  failed trial {r.get('trial_number', '?')} (seeds {r['seeds']}): {r['reason']}")

@@ -28,11 +28,15 @@ class HParams(Strict):
     group_by_length: bool = Field(False, description="batch examples of similar length (less padding)")
     min_steps: int = Field(0, ge=0, description="train at least this many steps (more epochs on tiny sets)")
 
-    def epochs_for(self, n_train: int) -> int:
-        """Epochs to run: `epochs`, or more when a tiny training set needs `min_steps`
-        (Splinter's few-shot recipe: 10 epochs or 200 steps, whichever is more)."""
+    def eval_every(self, n_train: int) -> int:
+        """Epochs per dev evaluation. A tiny training set that needs `min_steps` (Splinter's
+        few-shot recipe: 10 epochs or 200 steps, whichever is more) trains this many epochs
+        per evaluation, so it is still evaluated `epochs` times, not once per short epoch."""
         steps_per_epoch = max(1, -(-n_train // self.batch_size))
-        return max(self.epochs, -(-self.min_steps // steps_per_epoch))
+        return max(1, -(-self.min_steps // (steps_per_epoch * self.epochs)))
+
+    def epochs_for(self, n_train: int) -> int:
+        return self.epochs * self.eval_every(n_train)
 
 
 class Param(Strict):

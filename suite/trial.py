@@ -124,6 +124,7 @@ def _fit(
     callbacks = [PruneOnEpoch(pruning_trial, task.spec.metric.main)] if pruning_trial is not None else []
     trainer = L.Trainer(
         max_epochs=record.setdefault("epochs_run", plan.hparams.epochs_for(len(train))),
+        check_val_every_n_epoch=record.setdefault("eval_every", plan.hparams.eval_every(len(train))),
         callbacks=callbacks,
         **options,
         gradient_clip_val=plan.hparams.max_grad_norm,
@@ -142,10 +143,11 @@ class PruneOnEpoch(L.Callback):
     (optuna-integration's callback broke on Lightning 2.x; this is the part we need.)"""
 
     def __init__(self, trial: Any, metric: str) -> None:
-        self.trial, self.metric = trial, metric
+        self.trial, self.metric, self.reported = trial, metric, 0
 
     def on_train_epoch_end(self, trainer: L.Trainer, module: Any) -> None:
-        if module.history:
+        if len(module.history) > self.reported:  # a new dev evaluation happened this epoch
+            self.reported = len(module.history)
             epoch = module.history[-1]
             self.trial.report(epoch[self.metric], epoch["epoch"])
             if self.trial.should_prune():
