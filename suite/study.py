@@ -11,11 +11,14 @@ new setting, runs its first seed replicate and queues the others.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -121,6 +124,25 @@ def enqueue_plan(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> int:
     return added
 
 
+@contextmanager
+def _queue_lock(study: optuna.Study) -> Iterator[None]:
+    """Makes popping the queue atomic across processes on SQLite. Optuna pops a queued trial
+    with SELECT ... FOR UPDATE, which server databases honour and SQLite ignores: two workers
+    starting together would both run trial 0. A file lock beside the database serialises the
+    pop there (SQLite is one machine's file anyway)."""
+    backend = getattr(study._storage, "_backend", study._storage)
+    url = str(getattr(backend, "url", ""))
+    if not url.startswith("sqlite:///"):
+        yield
+        return
+    with open(url.removeprefix("sqlite:///") + ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _pop_planned(study: optuna.Study) -> optuna.Trial | None:
     """A queued trial, or None. Optuna's public `ask()` would create a new, unplanned trial when
     the queue is empty (a duplicate run), so this pops the queue the way `ask()` does inside."""
@@ -169,10 +191,11 @@ def work(
     heartbeat = int(os.environ.get(HEARTBEAT_ENV, "30"))
     while True:
         fail_stale_trials(study)
-        trial = _pop_planned(study)
-        trials = study.get_trials(deepcopy=False)
-        if trial is None and sweep.adaptive and _settings_proposed(trials) < sweep.budget:
-            trial = _propose(study, task.spec, sweep)
+        with _queue_lock(study):
+            trial = _pop_planned(study)
+            trials = study.get_trials(deepcopy=False)
+            if trial is None and sweep.adaptive and _settings_proposed(trials) < sweep.budget:
+                trial = _propose(study, task.spec, sweep)
         if trial is None:
             if any(t.state == TrialState.RUNNING for t in trials):
                 time.sleep(min(heartbeat, 5))

@@ -116,3 +116,40 @@ def test_sigkill_mid_trial_then_rerun_runs_every_planned_trial_once(
     assert len(retried) == 1  # the killed trial came back with the same key, seeds and params
     records = [json.loads(line) for line in (db.parent / "trials.jsonl").open()]
     assert len(records) == 8 and len({r["key"] for r in records}) == 8
+
+
+POPPER = """
+import sys, optuna
+from suite.study import _pop_planned, _queue_lock, open_storage
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+study = optuna.load_study(study_name=sys.argv[2], storage=open_storage(sys.argv[1]))
+got = []
+while True:
+    with _queue_lock(study):
+        trial = _pop_planned(study)
+    if trial is None:
+        break
+    got.append(trial.number)
+print(" ".join(map(str, got)))
+"""
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_concurrent_pops_never_hand_out_a_trial_twice(tmp_path: Path, backend: str) -> None:
+    from suite.study import open_storage
+
+    url = (
+        f"sqlite:///{tmp_path / 'q.db'}" if backend == "sqlite" else os.environ.get("SUITE_TEST_POSTGRES_URL")
+    )
+    if not url:
+        pytest.skip("SUITE_TEST_POSTGRES_URL not set (.ci/run starts a server and sets it)")
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    study = optuna.create_study(study_name=name, storage=open_storage(url))
+    for i in range(60):
+        study.enqueue_trial({}, user_attrs={"key": str(i)}, skip_if_exists=False)
+    poppers = [
+        subprocess.Popen([sys.executable, "-c", POPPER, url, name], stdout=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    popped = [int(n) for p in poppers for n in p.communicate(timeout=120)[0].split()]
+    assert sorted(popped) == list(range(60))  # every queued trial once, none twice
