@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -164,4 +163,8 @@ def list_all() -> None:
     print("sweeps:")
     for path in sorted((REPO / "sweeps").glob("*.yaml")):
         s = load_sweep(path, None)
-        print(f"  {path.relative_to(REPO)}  {json.dumps(s.hparams.model_dump())}")
+        searched = ", ".join(s.space) or "one setting"
+        seeds = s.seeds
+        crossed = seeds.design == "crossed"
+        design = f"{seeds.init}x{seeds.order} crossed" if crossed else f"{seeds.repeats} repeats"
+        print(f"  {path.relative_to(REPO)}  {s.sampler.type}: {searched}; seeds {design}")

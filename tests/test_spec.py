@@ -78,3 +78,10 @@ def test_validate_command_exits_2_on_a_bad_file(tmp_path: Path, capsys) -> None:
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "field 'sizes'" in err
+
+
+def test_list_command_shows_tasks_models_and_sweeps(capsys: pytest.CaptureFixture) -> None:
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "tasks/ner.yaml  tagging  entity_f1" in out and "minilm-l6  bundled offline model" in out
+    assert "sweeps/devlin.yaml  grid: lr, batch_size, epochs; seeds 3 repeats" in out
