@@ -72,6 +72,10 @@ def distribution(records: Sequence[dict[str, Any]], metric: str) -> plt.Figure:
         size=6,
         ax=ax,
     )
+    baselines = {r.get("baseline") for r in records if r.get("baseline") is not None}
+    if len(baselines) == 1 and next(iter(baselines)) > 0:
+        ax.axhline(100 * next(iter(baselines)), ls=":", color="tab:red", label="trivial baseline")
+        ax.legend(title="failed / baseline", loc="best")
     ax.set(ylabel=f"dev {metric} (x100)", title="Score per run (red: failed)")
     ax.tick_params(axis="x", rotation=30)
     fig.tight_layout()
