@@ -18,8 +18,7 @@ from suite.statistics import spread
 
 def load_records(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The (info, records) of the most recent study in a run folder's storage."""
-    from suite.leaderboard import storage_of
-    from suite.study import export_studies
+    from suite.study import export_studies, storage_of
 
     studies = [s for s in export_studies(storage_of(run_dir)) if s[1]]
     if not studies:

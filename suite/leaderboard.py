@@ -142,26 +142,9 @@ def _rank(entries: list[dict[str, Any]]) -> None:
     entries.sort(key=lambda e: (e["task"], str(e["size"]), e["rank"]))
 
 
-def storage_of(source: str | Path) -> str:
-    """A storage URL as given, or the storage behind a run folder (its study.db, else the URL
-    its run.json names)."""
-    from suite.study import sqlite_url
-
-    text = str(source)
-    if "://" in text or text.startswith("journal:"):
-        return text
-    folder = Path(source)
-    if (folder / "study.db").is_file():
-        return sqlite_url(folder)
-    info = folder / "run.json"
-    if info.is_file() and "***" not in (url := json.loads(info.read_text()).get("storage", "***")):
-        return url
-    raise SuiteError(f"{folder}: no study.db here (expected a runs/<task>/<model> folder or a storage URL)")
-
-
 def write_leaderboard(sources: list[str | Path], out: Path) -> dict[str, Any]:
     """Merge every study in the given run folders or storages, validate, write atomically."""
-    from suite.study import export_studies
+    from suite.study import export_studies, storage_of
 
     studies = []
     for source in sources:

@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import socket
 import subprocess
 import sys
@@ -69,7 +68,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         os.environ["HF_HUB_OFFLINE"] = "1"
     from suite.heads.registry import prepare_task
     from suite.models import load_encoder, load_tokenizer, model_revision
-    from suite.study import enqueue_plan, open_storage, open_study, run_folder, sqlite_url
+    from suite.study import enqueue_plan, open_storage, open_study, public_url, run_folder, sqlite_url
 
     task_path = Path(args.task)
     task = load_task(task_path, args.profile)
@@ -93,7 +92,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     study = open_study(storage, name, sweep, task.metric.higher_is_better)
     if "run_info" not in study.user_attrs:  # the study's creation is its provenance
         info = run_info(task, sweep, args.profile, model, model_revision(model), prepared)
-        study.set_user_attr("run_info", {**info, "storage": _public(url), "trainer": trainer_options(args)})
+        study.set_user_attr(
+            "run_info", {**info, "storage": public_url(url), "trainer": trainer_options(args)}
+        )
     enqueue_plan(study, task, sweep)
 
     if args.workers == 1:
@@ -137,7 +138,7 @@ def run_worker(
 ) -> int:
     from tqdm.auto import tqdm
 
-    from suite.study import work
+    from suite.study import finished_records, plan_trials, work
 
     info = study.user_attrs["run_info"]
     stamp = {
@@ -147,8 +148,6 @@ def run_worker(
         "profile": info.get("profile"),
         "eval_split": prepared.spec.eval_split,
     }
-    from suite.study import finished_records, plan_trials
-
     total = None if sweep.adaptive else len(plan_trials(prepared.spec, sweep))
     bar = tqdm(
         desc="trials", total=total, initial=len(finished_records(study)), disable=not progress, unit="trial"
@@ -172,7 +171,7 @@ def worker(args: argparse.Namespace) -> int:
 
     from suite.heads.registry import prepare_task
     from suite.models import load_tokenizer
-    from suite.study import open_storage
+    from suite.study import open_storage, public_url
     from suite.sweep import SweepSpec as Sweep
 
     if args.offline:
@@ -182,7 +181,7 @@ def worker(args: argparse.Namespace) -> int:
     try:
         study = optuna.load_study(study_name=args.study, storage=storage)
     except KeyError:
-        raise SuiteError(f"--study {args.study!r}: no such study in {_public(args.storage)}") from None
+        raise SuiteError(f"--study {args.study!r}: no such study in {public_url(args.storage)}") from None
     info = study.user_attrs.get("run_info")
     if not info:
         raise SuiteError(f"study {args.study!r}: has no run info (start it with `suite run`)")
@@ -207,11 +206,11 @@ def write_outputs(study: Any, storage: Any, folder: Path, task: TaskSpec, url: s
 
 def export(args: argparse.Namespace) -> None:
     """`suite export`: trials from any storage to JSONL or CSV."""
-    from suite.study import export_studies, sqlite_url, write_jsonl
+    from suite.study import export_studies, storage_of, write_jsonl
 
-    url = args.storage or sqlite_url(Path(args.run))
+    url = storage_of(args.storage or args.run)
     records = [
-        r for info, rs in export_studies(url) for r in rs if not args.study or r.get("study") == args.study
+        r for _, rs in export_studies(url) for r in rs if not args.study or r.get("study") == args.study
     ]
     out = Path(args.output)
     if out.suffix == ".csv":
@@ -221,11 +220,6 @@ def export(args: argparse.Namespace) -> None:
     else:
         write_jsonl(out, records)
     print(f"{out}: {len(records)} trials")
-
-
-def _public(url: str) -> str:
-    """A storage URL without its password, for records and messages."""
-    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
 
 
 def run_info(

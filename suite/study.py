@@ -53,6 +53,26 @@ def sqlite_url(folder: Path) -> str:
     return f"sqlite:///{Path(folder).resolve() / 'study.db'}"
 
 
+def storage_of(source: str | Path) -> str:
+    """A storage URL as given, or the storage behind a run folder (its study.db, else the URL
+    its run.json names)."""
+    text = str(source)
+    if "://" in text or text.startswith("journal:"):
+        return text
+    folder = Path(source)
+    if (folder / "study.db").is_file():
+        return sqlite_url(folder)
+    info = folder / "run.json"
+    if info.is_file() and "***" not in (url := json.loads(info.read_text()).get("storage", "***")):
+        return url
+    raise SuiteError(f"{folder}: no study.db here (expected a runs/<task>/<model> folder or a storage URL)")
+
+
+def public_url(url: str) -> str:
+    """A storage URL without its password, for records and messages."""
+    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+
+
 def open_storage(url: str) -> optuna.storages.BaseStorage:
     """An RDB URL (sqlite, postgresql, mysql) with heartbeats, or `journal:PATH` for a journal file."""
     if url.startswith("journal:"):
@@ -60,7 +80,9 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
 
         return JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
     if not url.startswith(("sqlite:", "postgresql", "mysql")):
-        raise SuiteError(f"--storage {url!r}: expected sqlite:///, postgresql://, mysql:// or journal:PATH")
+        raise SuiteError(
+            f"--storage {public_url(url)!r}: expected sqlite:///, postgresql://, mysql:// or journal:PATH"
+        )
     heartbeat = int(os.environ.get(HEARTBEAT_ENV, "30"))
     engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     try:
@@ -72,7 +94,7 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
             heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
         )
     except Exception as err:  # SQLAlchemy raises many kinds for a bad URL or a down server
-        raise SuiteError(f"--storage {url!r}: cannot open ({str(err).splitlines()[0]})") from None
+        raise SuiteError(f"--storage {public_url(url)!r}: cannot open ({str(err).splitlines()[0]})") from None
 
 
 def open_study(

@@ -110,3 +110,20 @@ def test_end_to_end_on_the_tiny_task(tiny_task: Path, tiny_models, capsys) -> No
     info = json.loads((folder / "run.json").read_text())
     assert info["task"]["name"] == "tiny" and info["versions"]["torch"]
     assert "median" in capsys.readouterr().out
+
+
+def test_unreachable_storage_is_one_line_without_its_password(capsys, tmp_path: Path) -> None:  # noqa: ANN001
+    err = _run_error(
+        capsys,
+        [
+            "run",
+            str(REPO / "tasks/rte.yaml"),
+            "--out",
+            str(tmp_path),
+            "--offline",
+            "--storage",
+            "postgresql://u:secret@nohost.invalid/db",
+            "--quiet",
+        ],
+    )
+    assert "--storage 'postgresql://u:***@nohost.invalid/db': cannot open" in err and "secret" not in err
