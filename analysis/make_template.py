@@ -16,10 +16,12 @@ CELLS = [
     new_code_cell('RUN_DIR = "."', metadata={"tags": ["parameters"]}),
     new_code_cell(
         "import json\nfrom pathlib import Path\n\nimport pandas as pd\nfrom IPython.display import display\n\n"
-        "from suite import plots\n\n"
+        "from suite import plots\nfrom suite.records import counts, load_run, runs\n\n"
+        "pd.set_option('display.max_colwidth', None)  # reasons are read whole\n"
         "run = Path(RUN_DIR)\n"
         "board = json.loads((run / 'leaderboard.json').read_text())\n"
-        "records = [json.loads(line) for line in (run / 'trials.jsonl').open()]\n"
+        "info, trials = load_run(run)  # one final record per planned trial\n"
+        "records = runs(trials)  # errored and pruned trials are not runs\n"
         "entry = board['entries'][0]\nmetric = entry['metric']\n"
         "rows = []\n"
         "for e in board['entries']:\n"
@@ -27,7 +29,8 @@ CELLS = [
         "        s = e['summary'][part]\n"
         "        rows.append({'task': e['task'], 'model': e['model'], 'size': e['size'], 'sweep': e['sweep'],\n"
         "                     'pruner': e.get('pruner', 'none'), 'pruned': e['summary'].get('pruned', 0),\n"
-        "                     'runs': part, 'n': s['n'], 'failed': e['summary']['failed'],\n"
+        "                     'errored': e['summary'].get('errored', 0), 'runs': part, 'n': s['n'],\n"
+        "                     'failed': e['summary']['failed'],\n"
         "                     **{k: 100 * s[k] for k in ('median', 'iqr', 'mean', 'std', 'min', 'max') if k in s},\n"
         "                     'median 95% CI': [round(100 * v, 2) for v in s['ci95_median'] or []]})\n"
         "display(pd.DataFrame(rows).round(2))"
@@ -38,7 +41,19 @@ CELLS = [
         "It is not the *across examples* uncertainty of one run's dev score (the per-example "
         "bootstrap stderr that lm-evaluation-harness prints), which shrinks with a larger dev set "
         "while the seed spread does not. A failed run scored no better than the trivial baseline "
-        "(or diverged, or crashed); statistics are shown with failures included and excluded."
+        "(or diverged); crashed trials are not runs; statistics are shown with failures included and excluded."
+    ),
+    new_markdown_cell(
+        "## Outcomes\n\nEvery planned trial ends as a *run* (succeeded, or failed: no better than "
+        "the trivial baseline, or diverged) or as an *errored* trial (a crash: retried once, "
+        "never in the failure rate) or *pruned* (stopped by a search-phase pruner)."
+    ),
+    new_code_cell(
+        "display(pd.Series(counts(trials), name='trials').to_frame())\n"
+        "odd = [{'trial': r.get('trial_number'), 'outcome': r.get('outcome'), 'failure': r.get('failure'),\n"
+        "        'attempt': r.get('attempt', 1), 'seeds': r['seeds'], 'reason': r.get('reason')}\n"
+        "       for r in trials if r.get('outcome') != 'succeeded']\n"
+        "display(pd.DataFrame(odd) if odd else 'every planned trial succeeded')"
     ),
     new_markdown_cell("## Score distribution per setting"),
     new_code_cell("plots.show(plots.distribution(records, metric))"),

@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write a storage's trials to JSONL or CSV")
     export.add_argument("run", nargs="?", default=".", help="run folder (its study.db)")
     export.add_argument("--storage", help="any Optuna storage URL instead of a run folder")
-    export.add_argument("--study", help="only this study")
+    export.add_argument("--study", help="this study (default: the run folder's own study)")
+    export.add_argument("--all", action="store_true", help="every study in the storage")
     export.add_argument("-o", "--output", default="trials.jsonl", help=".jsonl or .csv")
     validate = sub.add_parser("validate", help="check task and sweep YAMLs (every profile)")
     validate.add_argument("paths", nargs="*", help="YAML files (default: tasks/ and sweeps/)")
@@ -74,11 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             from suite.runner import run
 
-            run(args)
+            return run(args)
         elif args.command == "worker":
             from suite.runner import worker
 
-            worker(args)
+            return worker(args)
         elif args.command == "export":
             from suite.runner import export
 

@@ -13,17 +13,16 @@ import numpy as np
 from scipy import stats
 
 from suite.errors import SuiteError
+from suite.records import load_run, runs
 from suite.statistics import spread
 
 
 def load_records(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The (info, records) of the most recent study in a run folder's storage."""
-    from suite.study import export_studies, storage_of
-
-    studies = [s for s in export_studies(storage_of(run_dir)) if s[1]]
-    if not studies:
-        raise SuiteError(f"{run_dir}: the study holds no finished trials")
-    return studies[-1]
+    """The (info, runs) of a run folder's own study; errored and pruned trials are not runs."""
+    info, records = load_run(run_dir)
+    if not runs(records):
+        raise SuiteError(f"{run_dir}: the study holds no finished runs")
+    return info, runs(records)
 
 
 def compare(a: list[dict[str, Any]], b: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:

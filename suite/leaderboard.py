@@ -7,7 +7,6 @@ the metric is lower-is-better), then lower failure rate, then lower IQR.
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from collections.abc import Iterable
 from importlib import resources
@@ -19,14 +18,28 @@ import jsonschema
 from suite import __version__
 from suite.errors import SuiteError
 from suite.provenance import git_commit
+from suite.records import load_run, runs, setting_key
 from suite.statistics import gap_to_reported, hyperparameter_importance, summarize, variance_shares
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RANKING_RULE = (
     "within (task, eval_split, metric, size): median score (direction-aware), then failure rate "
-    "(lower first), then IQR (lower first); failed runs count with the score they reached"
+    "(lower first), then IQR (lower first); failed runs count with the score they reached "
+    "(a diverged run has none); errored and pruned trials are not runs and are counted apart"
 )
-RUN_FIELDS = ("key", "seeds", "hparams", "score", "scores", "failed", "reason", "wall_time_s")
+RUN_FIELDS = (
+    "key",
+    "seeds",
+    "hparams",
+    "outcome",
+    "failure",
+    "attempt",
+    "score",
+    "scores",
+    "failed",
+    "reason",
+    "wall_time_s",
+)
 
 
 def schema() -> dict[str, Any]:
@@ -56,11 +69,14 @@ def read_leaderboard(path: str | Path) -> dict[str, Any]:
 
 
 def _entry(info: dict[str, Any], size: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One (study, size): `records` are the final records of its planned trials; statistics
+    use its runs only, errored and pruned trials are counted apart in the summary."""
     task = info["task"]
     by_setting: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
-        by_setting[json.dumps(r["hparams"], sort_keys=True)].append(r)
-    main = [r.get("score") for r in records]
+        by_setting[setting_key(r["hparams"])].append(r)
+    scored = runs(records)
+    main = [r.get("score") for r in scored]
     metric = task["metric"]["main"]
     reported = [
         {**rep, "gap": gap_to_reported(main, rep["value"], rep["statistic"])}
@@ -88,8 +104,8 @@ def _entry(info: dict[str, Any], size: Any, records: list[dict[str, Any]]) -> di
         "data_sha256": info.get("data_sha256", {}),
         "summary": summarize(records),
         "settings": [{"hparams": json.loads(k), "summary": summarize(v)} for k, v in by_setting.items()],
-        "variance_shares": variance_shares(records),
-        "importance": hyperparameter_importance(records),
+        "variance_shares": variance_shares(scored),
+        "importance": hyperparameter_importance(scored),
         "reported": reported,
         "runs": [{k: r[k] for k in RUN_FIELDS if k in r} for r in records],
     }
@@ -143,15 +159,11 @@ def _rank(entries: list[dict[str, Any]]) -> None:
 
 
 def write_leaderboard(sources: list[str | Path], out: Path) -> dict[str, Any]:
-    """Merge every study in the given run folders or storages, validate, write atomically."""
-    from suite.study import export_studies, storage_of
+    """Merge the studies of the given run folders (each folder's own study, read from its
+    run.json and trials.jsonl), validate, write atomically."""
+    from suite.study import write_atomic
 
-    studies = []
-    for source in sources:
-        studies.extend(export_studies(storage_of(source)))
-    document = build(studies)
+    document = build([load_run(source) for source in sources])
     validate(document, str(out))
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, out)
+    write_atomic(Path(out), json.dumps(document, indent=1, sort_keys=True) + "\n")
     return document

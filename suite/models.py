@@ -13,6 +13,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.utils import logging as hf_logging
 
 from suite.errors import ModelError
+from suite.provenance import folder_sha256
 
 hf_logging.disable_progress_bar()  # a study shows its own trial progress
 
@@ -80,6 +81,16 @@ def load_encoder(name: str) -> PreTrainedModel:
         _PRETRAINED[target] = _from_pretrained(AutoModel, target, name, dtype=torch.float32)
     # from_pretrained returns eval mode; training needs dropout on.
     return copy.deepcopy(_PRETRAINED[target]).train()
+
+
+def model_identity(name: str) -> dict[str, str | None]:
+    """What decides the weights a study trains from: a hub model's resolved commit, or the
+    content hash of a local folder's config, weights and tokenizer files."""
+    target = resolve(name)
+    if Path(target).is_dir():
+        patterns = ("*.json", "*.safetensors", "*.bin", "*.txt", "*.model")
+        return {"name": name, "sha256": folder_sha256(target, patterns)}
+    return {"name": name, "hub_id": target, "revision": model_revision(name)}
 
 
 def model_revision(name: str) -> str | None:

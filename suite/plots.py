@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from suite.records import runs, setting_key, setting_labels
 from suite.statistics import expected_max
 
 sns.set_theme(style="whitegrid", context="notebook")
@@ -29,7 +30,10 @@ def show(fig: plt.Figure) -> None:
 
 
 def frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """One row per run: score x100, failed flag, seeds, hyperparameters, a setting label."""
+    """One row per run (errored and pruned trials are not runs): score x100, failed flag, seeds,
+    hyperparameters, and a label of the full setting (every hyperparameter that varies)."""
+    records = runs(records)
+    labels = setting_labels(records)
     rows = []
     for r in records:
         h = r["hparams"]
@@ -38,7 +42,7 @@ def frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
                 "score": None if r.get("score") is None else 100 * r["score"],
                 "failed": bool(r.get("failed")),
                 "size": str(r["size"]),
-                "setting": f"lr={h['lr']:g} bs={h['batch_size']} ep={h['epochs']}",
+                "setting": labels[setting_key(h)],
                 "lr": h["lr"],
                 "batch_size": h["batch_size"],
                 "epochs": h["epochs"],
@@ -85,7 +89,7 @@ def distribution(records: Sequence[dict[str, Any]], metric: str) -> plt.Figure:
 def expected_max_curve(
     records: Sequence[dict[str, Any]], metric: str, reported: Sequence[dict[str, Any]] = ()
 ) -> plt.Figure:
-    curve = expected_max([r.get("score") for r in records])
+    curve = expected_max([r.get("score") for r in runs(records)])
     fig, ax = plt.subplots(figsize=(7, 4))
     if not curve:
         _note(ax, "no scored runs")
@@ -173,7 +177,7 @@ def importance_bar(importance: dict[str, float]) -> plt.Figure:
 def loss_curves(records: Sequence[dict[str, Any]]) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(8, 4))
     drawn = False
-    for r in records:
+    for r in runs(records):
         curve = r.get("loss_curve") or []
         if curve:
             smooth = pd.Series(curve).rolling(max(1, len(curve) // 20), min_periods=1).mean()

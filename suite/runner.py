@@ -22,6 +22,7 @@ from suite.leaderboard import write_leaderboard
 from suite.provenance import file_sha256, git_commit
 from suite.spec import TaskSpec, load_sweep, load_task, spec_hash
 from suite.statistics import summarize
+from suite.study import public_url
 from suite.sweep import SweepSpec
 
 
@@ -62,13 +63,16 @@ def trainer_options(args: argparse.Namespace) -> dict[str, Any]:
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
 
-def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Plan the study into its storage, run it with local workers, write the outputs."""
+def run(args: argparse.Namespace) -> int:
+    """Check every input, plan the study into its storage (or resume it when its fingerprint
+    matches), run it with local workers, write the outputs. Returns the exit code: 0 when every
+    planned trial ended as a run, 1 when some trial is still errored or unfinished."""
     if args.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
     from suite.heads.registry import prepare_task
-    from suite.models import load_encoder, load_tokenizer, model_revision
-    from suite.study import enqueue_plan, open_storage, open_study, public_url, run_folder, sqlite_url
+    from suite.models import load_encoder, load_tokenizer
+    from suite.preflight import check_planned_inputs, check_writable, make_run_folder
+    from suite.study import enqueue_plan, open_storage, run_folder, sqlite_url
 
     task_path = Path(args.task)
     task = load_task(task_path, args.profile)
@@ -78,36 +82,109 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.eval_split:
         task = TaskSpec.model_validate({**task.model_dump(), "eval_split": args.eval_split})
     model = args.model or task.model
-    if args.workers < 1:
-        raise SpecError(f"--workers: expected a positive integer, got {args.workers}")
+    for flag, value in (("--workers", args.workers), ("--threads", args.threads)):
+        if value < 1:
+            raise SpecError(f"{flag}: expected a positive integer, got {value}")
 
     tokenizer = load_tokenizer(model)
     load_encoder(model)  # fail on a bad model before any data work; the weights stay cached
     prepared = prepare_task(task, data_dir(args.data_dir), tokenizer)
+    check_planned_inputs(prepared, sweep, task_path)
+    threads = max(1, args.threads // args.workers)  # per worker: part of the study's identity
+    fingerprint = _fingerprint(prepared, sweep, model, threads, trainer_options(args))
+
     folder = run_folder(Path(args.out), task, model)
-    folder.mkdir(parents=True, exist_ok=True)
     url = args.storage or sqlite_url(folder)
-    storage = open_storage(url)
+    storage = open_storage(url) if args.storage else None  # reachable before anything is written
+    check_writable(folder)
+    make_run_folder(folder)
+    storage = storage or open_storage(url)
     name = args.study or f"{task.name}|{model}|{sweep.name}|{args.profile}"
-    study = open_study(storage, name, sweep, task.metric.higher_is_better)
+    study = _open_or_resume(storage, name, sweep, task, fingerprint, folder)
     if "run_info" not in study.user_attrs:  # the study's creation is its provenance
-        info = run_info(task, sweep, args.profile, model, model_revision(model), prepared)
+        info = run_info(task, sweep, args.profile, model, prepared)
         study.set_user_attr(
-            "run_info", {**info, "storage": public_url(url), "trainer": trainer_options(args)}
+            "run_info",
+            {
+                **info,
+                "study": name,
+                "storage": public_url(url),
+                "trainer": trainer_options(args),
+                "threads": threads,
+            },
         )
     enqueue_plan(study, task, sweep)
 
     if args.workers == 1:
-        torch.set_num_threads(max(1, args.threads))
+        torch.set_num_threads(threads)
         run_worker(study, prepared, model, sweep, trainer_options(args), progress=not args.quiet)
     else:
-        spawn_workers(args, url, name)
-    return write_outputs(study, storage, folder, task, url)
+        spawn_workers(args, url, name, threads)
+    write_outputs(study, folder, task)
+    return exit_status(study)
 
 
-def spawn_workers(args: argparse.Namespace, url: str, name: str) -> None:
-    """N local worker processes on the shared storage, each with its share of the CPU threads."""
-    threads = max(1, args.threads // args.workers)
+def _fingerprint(
+    prepared: Any, sweep: SweepSpec, model: str, threads: int, trainer: dict[str, Any]
+) -> dict[str, Any]:
+    from suite.fingerprint import study_fingerprint
+    from suite.models import model_identity
+    from suite.preflight import data_hashes
+
+    task = prepared.spec.model_dump(mode="json")
+    return study_fingerprint(
+        task, sweep.model_dump(mode="json"), model_identity(model), data_hashes(prepared), threads, trainer
+    )
+
+
+def _open_or_resume(
+    storage: Any, name: str, sweep: SweepSpec, task: TaskSpec, fingerprint: dict[str, Any], folder: Path
+) -> Any:
+    """The stored study when its fingerprint matches, a new one when none exists; else refuse."""
+    import optuna
+
+    from suite.fingerprint import check_same_study
+    from suite.study import open_study
+
+    if name in optuna.study.get_all_study_names(storage):
+        stored = optuna.load_study(study_name=name, storage=storage).user_attrs.get("fingerprint")
+        check_same_study(stored, fingerprint, name, str(folder))
+    study = open_study(storage, name, sweep, task.metric.higher_is_better)
+    if "fingerprint" not in study.user_attrs:
+        study.set_user_attr("fingerprint", fingerprint)
+    return study
+
+
+def exit_status(study: Any) -> int:
+    """0 when every planned trial ended as a run; 1 (and why) when some did not."""
+    from suite.records import outcome
+    from suite.study import finished_records, planned_keys
+
+    final = finished_records(study)
+    errored = [r for r in final.values() if outcome(r) == "errored"]
+    missing = sorted(planned_keys(study) - set(final))
+    for r in errored[:5]:
+        print(
+            f"errored trial {r.get('trial_number', '?')} (seeds {r.get('seeds')}): {r.get('reason')}",
+            file=sys.stderr,
+        )
+    if missing:
+        print(
+            f"{len(missing)} planned trials did not end (a worker died?); rerun to continue", file=sys.stderr
+        )
+    if errored or missing:
+        print(
+            f"{len(errored)} errored, {len(missing)} unfinished: rerun the same command to retry them",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def spawn_workers(args: argparse.Namespace, url: str, name: str, threads: int) -> None:
+    """N local worker processes on the shared storage, each with its share of the CPU threads.
+    A worker that dies leaves its trial to the others (its heartbeat stops); the study's state,
+    not the workers' exit codes, decides the run's exit code."""
     command = [
         sys.executable,
         "-m",
@@ -127,10 +204,8 @@ def spawn_workers(args: argparse.Namespace, url: str, name: str) -> None:
         command += [f"--{option}", str(value)]
     workers = [subprocess.Popen(command) for _ in range(args.workers)]
     codes = [w.wait() for w in workers]
-    if any(codes):
-        raise SuiteError(
-            f"study {name}: {sum(1 for c in codes if c)} of {len(codes)} workers exited with an error"
-        )
+    if bad := [c for c in codes if c]:
+        print(f"study {name}: {len(bad)} of {len(codes)} workers exited early (codes {bad})", file=sys.stderr)
 
 
 def run_worker(
@@ -156,7 +231,7 @@ def run_worker(
     def done(record: dict[str, Any]) -> None:
         score = record.get("score")
         text = f"{record['metric']}={score:.3f}" if score is not None else "no score"
-        bar.set_postfix_str(text + (" FAILED" if record.get("failed") else ""))
+        bar.set_postfix_str(f"{text} {record['outcome']}")
         bar.update()
 
     try:
@@ -166,12 +241,16 @@ def run_worker(
 
 
 def worker(args: argparse.Namespace) -> int:
-    """`suite worker`: join a study from another process or machine and run trials until done."""
+    """`suite worker`: join a study from another process or machine and run trials until done.
+    Refuses a study whose stored fingerprint differs from what this worker would run (another
+    data file, model, thread count or suite version)."""
     import optuna
 
+    from suite.fingerprint import check_same_study
     from suite.heads.registry import prepare_task
     from suite.models import load_tokenizer
-    from suite.study import open_storage, public_url
+    from suite.preflight import check_planned_inputs
+    from suite.study import open_storage
     from suite.sweep import SweepSpec as Sweep
 
     if args.offline:
@@ -187,31 +266,41 @@ def worker(args: argparse.Namespace) -> int:
         raise SuiteError(f"study {args.study!r}: has no run info (start it with `suite run`)")
     task, sweep = TaskSpec.model_validate(info["task"]), Sweep.model_validate(info["sweep"])
     prepared = prepare_task(task, data_dir(args.data_dir), load_tokenizer(info["model"]))
+    check_planned_inputs(prepared, sweep, f"study {args.study}")
     trainer = {**info.get("trainer", {}), **trainer_options(args)}
-    return run_worker(study, prepared, info["model"], sweep, trainer, progress=not args.quiet)
+    current = _fingerprint(prepared, sweep, info["model"], max(1, args.threads), trainer)
+    check_same_study(study.user_attrs.get("fingerprint"), current, args.study, public_url(args.storage))
+    run_worker(study, prepared, info["model"], sweep, trainer, progress=not args.quiet)
+    return 0
 
 
-def write_outputs(study: Any, storage: Any, folder: Path, task: TaskSpec, url: str) -> list[dict[str, Any]]:
-    """trials.jsonl (every study in the storage), run.json, leaderboard.json and the summary."""
-    from suite.study import export_studies, finished_records, write_jsonl
+def write_outputs(study: Any, folder: Path, task: TaskSpec) -> list[dict[str, Any]]:
+    """The run folder's files, of this study only: run.json, trials.jsonl (every ended trial,
+    every attempt), leaderboard.json and the printed summary."""
+    from suite.study import finished_records, study_records, write_atomic, write_jsonl
 
-    info = study.user_attrs["run_info"]
-    (folder / "run.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    write_jsonl(folder / "trials.jsonl", [r for _, rs in export_studies(storage) for r in rs])
-    write_leaderboard([url], folder / "leaderboard.json")
+    info = {**study.user_attrs["run_info"], "fingerprint": study.user_attrs.get("fingerprint")}
+    write_atomic(folder / "run.json", json.dumps(info, indent=2) + "\n")
+    write_jsonl(folder / "trials.jsonl", study_records(study))
+    write_leaderboard([folder], folder / "leaderboard.json")
     records = sorted(finished_records(study).values(), key=lambda r: r.get("trial_number", 0))
     print(format_summary(task, records, folder))
     return records
 
 
 def export(args: argparse.Namespace) -> None:
-    """`suite export`: trials from any storage to JSONL or CSV."""
+    """`suite export`: a run folder's study (or `--all` studies of its storage) to JSONL or CSV."""
     from suite.study import export_studies, storage_of, write_jsonl
 
     url = storage_of(args.storage or args.run)
-    records = [
-        r for _, rs in export_studies(url) for r in rs if not args.study or r.get("study") == args.study
-    ]
+    name = args.study
+    if name is None and not args.all and not args.storage:
+        name = (
+            json.loads((Path(args.run) / "run.json").read_text()).get("study")
+            if (Path(args.run) / "run.json").is_file()
+            else None
+        )
+    records = [r for _, rs in export_studies(url, None if args.all else name) for r in rs]
     out = Path(args.output)
     if out.suffix == ".csv":
         import pandas as pd
@@ -222,11 +311,11 @@ def export(args: argparse.Namespace) -> None:
     print(f"{out}: {len(records)} trials")
 
 
-def run_info(
-    task: TaskSpec, sweep: SweepSpec, profile: str, model: str, revision: str | None, prepared: Any
-) -> dict[str, Any]:
+def run_info(task: TaskSpec, sweep: SweepSpec, profile: str, model: str, prepared: Any) -> dict[str, Any]:
     """Provenance of one study: what ran, on what data, with which versions."""
     import transformers
+
+    from suite.models import model_revision
 
     return {
         "suite_version": __version__,
@@ -236,7 +325,7 @@ def run_info(
         "sweep": sweep.model_dump(mode="json"),
         "profile": profile,
         "model": model,
-        "model_revision": revision,
+        "model_revision": model_revision(model),
         "data_sources": prepared.data.sources,
         "data_sha256": {k: file_sha256(v) for k, v in prepared.data.sources.items()},
         "git_commit": git_commit(),
@@ -251,18 +340,19 @@ def run_info(
 
 
 def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) -> str:
-    """One row per (size, hyperparameter setting): n, median, IQR, min, max, failed runs."""
+    """One row per (size, full setting): runs, median, IQR, min, max, failed runs; then the
+    trials that are not runs (errored, pruned) and why."""
+    from suite.records import outcome, setting_key, setting_labels
+
     split = "dev" if task.eval_split == "validation" else task.eval_split
     lines = [
         f"{task.name} ({task.metric.main} x100, {split}) -> {folder / 'trials.jsonl'}",
         f"{'size':>6s} {'setting':28s} {'n':>4s} {'median':>7s} {'IQR':>7s} {'min':>7s} {'max':>7s}  failed",
     ]
+    labels = setting_labels(records)
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in records:
-        h = r["hparams"]
-        groups.setdefault(
-            (str(r["size"]), f"lr={h['lr']:g} bs={h['batch_size']} ep={h['epochs']}"), []
-        ).append(r)
+        groups.setdefault((str(r["size"]), labels[setting_key(r["hparams"])]), []).append(r)
     for (size, setting), rows in groups.items():
         s = summarize(rows)
         a = s["all"]
@@ -271,10 +361,14 @@ def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) 
             if a.get("n")
             else "no scored runs"
         )
-        lines.append(f"{size:>6s} {setting:28s} {a['n']:4d} {cells}  {s['failed']}/{s['runs']}")
-    failed = [r for r in records if r.get("failed")]
-    for r in failed[:5]:
-        lines.append(f"  failed trial {r.get('trial_number', '?')} (seeds {r['seeds']}): {r['reason']}")
-    if len(failed) > 5:
-        lines.append(f"  ... and {len(failed) - 5} more failed runs (see trials.jsonl)")
+        apart = ", ".join(f"{s[k]} {k}" for k in ("errored", "pruned") if s[k])
+        lines.append(
+            f"{size:>6s} {setting:28s} {a['n']:4d} {cells}  {s['failed']}/{s['runs']}"
+            + (f"  ({apart}: not runs)" if apart else "")
+        )
+    odd = [r for r in records if outcome(r) in ("failed", "errored")]
+    for r in odd[:5]:
+        lines.append(f"  {outcome(r)} trial {r.get('trial_number', '?')} (seeds {r['seeds']}): {r['reason']}")
+    if len(odd) > 5:
+        lines.append(f"  ... and {len(odd) - 5} more failed or errored trials (see trials.jsonl)")
     return "\n".join(lines)

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from suite.records import counts, outcome, runs
+
 
 def _finite(scores: Sequence[float | None]) -> np.ndarray:
     return np.asarray([s for s in scores if s is not None and np.isfinite(s)], dtype=float)
@@ -118,34 +120,28 @@ def _two_way(records: Sequence[dict[str, Any]]) -> tuple[float, float, float] | 
 
 
 def failure_breakdown(records: Sequence[dict[str, Any]]) -> dict[str, int]:
-    """Failed runs by kind: trivial baseline/threshold, divergence, crash."""
+    """Failed runs by kind: trivial baseline, threshold, divergence (errored trials are not runs)."""
     kinds: dict[str, int] = defaultdict(int)
-    for r in records:
-        if r.get("failed"):
-            reason = r.get("reason") or ""
-            kind = (
-                "diverged"
-                if reason.startswith("diverged")
-                else "error"
-                if reason.startswith("error")
-                else "baseline"
-            )
-            kinds[kind] += 1
+    for r in runs(records):
+        if outcome(r) == "failed":
+            kinds[r.get("failure") or "baseline"] += 1
     return dict(kinds)
 
 
 def summarize(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
-    """Spread, CIs and expected max with failed runs included (as scored) and excluded.
-    Pruned runs (search-phase sweeps) stopped early: they are counted, not scored."""
-    pruned = sum(bool(r.get("pruned")) for r in records)
-    records = [r for r in records if not r.get("pruned")]
+    """Spread, CIs and expected max over the runs, failed runs included (as scored; a diverged
+    run has no score) and excluded. Errored and pruned trials are not runs: counted apart here,
+    and nowhere else."""
+    tally = counts(records)
+    records = runs(records)
     scores = [r.get("score") for r in records]
-    ok = [r.get("score") for r in records if not r.get("failed")]
+    ok = [r.get("score") for r in records if outcome(r) == "succeeded"]
     out: dict[str, Any] = {
         "runs": len(records),
-        "failed": sum(bool(r.get("failed")) for r in records),
+        "failed": tally["failed"],
         "failure_kinds": failure_breakdown(records),
-        "pruned": pruned,
+        "pruned": tally["pruned"],
+        "errored": tally["errored"],
     }
     out["failure_rate"] = out["failed"] / len(records) if records else 0.0
     for name, values in (("all", scores), ("excluding_failed", ok)):

@@ -28,7 +28,9 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback, fail_stale_trials
 from optuna.trial import TrialState
 
 from suite.errors import SuiteError
+from suite.faults import reach
 from suite.heads.registry import PreparedTask
+from suite.records import final_records, outcome
 from suite.spec import TaskSpec
 from suite.sweep import SweepSpec, seed_grid
 from suite.trial import Seeds, TrialPlan, run_trial
@@ -122,25 +124,56 @@ def plan_trials(task: TaskSpec, sweep: SweepSpec) -> list[TrialPlan]:
     return [p for values in sweep.settings() for p in replicate_plans(task, sweep, values)]
 
 
-def _attrs(plan: TrialPlan, values: dict[str, Any]) -> dict[str, Any]:
+MAX_ATTEMPTS = 2  # an errored trial is retried once with the same seeds
+
+
+def _attrs(plan: TrialPlan, values: dict[str, Any], attempt: int = 1) -> dict[str, Any]:
+    """Everything a worker needs to run a planned trial, visible in optuna-dashboard too."""
     return {
         "key": plan.key,
         "size": plan.size,
         "hparams": plan.hparams.model_dump(),
         "seeds": asdict(plan.seeds),
         "setting": values,
+        "attempt": attempt,
     }
 
 
+def _record(trial: optuna.trial.FrozenTrial) -> dict[str, Any] | None:
+    """The trial's record if it ended: a run or pruned trial is COMPLETE/PRUNED; an errored one
+    is FAIL with its record. A FAIL without an errored record is a worker killed mid-trial
+    (its record, if any, was written before the kill and is not trusted)."""
+    record = trial.user_attrs.get("record")
+    if record is None:
+        return None
+    if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
+        return record
+    if trial.state == TrialState.FAIL and outcome(record) == "errored":
+        return record
+    return None
+
+
 def enqueue_plan(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> int:
-    """Queue every planned trial the storage does not hold yet; returns how many were added."""
-    if sweep.adaptive:
-        return 0
-    present = {t.user_attrs.get("key") for t in study.get_trials(deepcopy=False)}
+    """Queue every planned trial the storage does not hold as a run, queued or running trial
+    (an errored trial is planned again: a rerun after a fix continues); returns how many."""
+    trials = study.get_trials(deepcopy=False)
+    held = {
+        t.user_attrs.get("key")
+        for t in trials
+        if t.state in (TrialState.WAITING, TrialState.RUNNING)
+        or (r := _record(t)) is not None
+        and outcome(r) != "errored"
+    }
+    if sweep.adaptive:  # TPE's settings exist only in the storage: re-queue their errored trials
+        plans = [(t.user_attrs["setting"], t.user_attrs) for t in trials if "key" in t.user_attrs]
+        todo = {a["key"]: (v, a) for v, a in plans if a["key"] not in held}
+        for values, attrs in todo.values():
+            study.enqueue_trial(values, user_attrs={**attrs, "attempt": 1}, skip_if_exists=False)
+        return len(todo)
     added = 0
     for values in sweep.settings():
         for plan in replicate_plans(task, sweep, values):
-            if plan.key not in present:
+            if plan.key not in held:
                 study.enqueue_trial(values, user_attrs=_attrs(plan, values), skip_if_exists=False)
                 added += 1
     return added
@@ -224,8 +257,18 @@ def work(
                 continue
             return ran
         with get_heartbeat_thread(trial._trial_id, study._storage):
-            record = _run_one(trial, task, model, sweep, stamp, trainer, progress)
-        _tell(study, trial, record)
+            try:
+                record = _run_one(trial, task, model, sweep, stamp, trainer, progress)
+            except SuiteError as err:  # a user error inside a trial stops the study, not a run
+                trial.set_user_attr("record", {**trial.user_attrs, "outcome": "errored", "reason": str(err)})
+                study.tell(trial, state=TrialState.FAIL)
+                raise
+        _tell(study, trial, record, task.baseline[task.spec.metric.main])
+        if outcome(record) == "errored" and record["attempt"] < MAX_ATTEMPTS:
+            attrs = {k: trial.user_attrs[k] for k in ("key", "size", "hparams", "seeds", "setting")}
+            study.enqueue_trial(
+                attrs["setting"], user_attrs={**attrs, "attempt": record["attempt"] + 1}, skip_if_exists=False
+            )
         ran += 1
         if on_done is not None:
             on_done(record)
@@ -246,44 +289,68 @@ def _run_one(
     plan = TrialPlan(attrs["size"], sweep.hparams_for(attrs["setting"]), Seeds(**attrs["seeds"]))
     pruning = trial if sweep.pruner.type != "none" else None
     record = run_trial(task, model, plan, progress=progress, trainer=trainer, pruning_trial=pruning)
-    return {**record, **stamp, "trial_number": trial.number}
+    return {**record, **stamp, "trial_number": trial.number, "attempt": attrs.get("attempt", 1)}
 
 
-def _tell(study: optuna.Study, trial: optuna.Trial, record: dict[str, Any]) -> None:
+def _tell(study: optuna.Study, trial: optuna.Trial, record: dict[str, Any], baseline: float) -> None:
+    """Samplers learn from runs only: a diverged run is told as the trivial baseline's score
+    (a poor result), an errored trial as FAIL (Optuna's samplers skip it)."""
     trial.set_user_attr("record", record)
-    if record.get("pruned"):
+    kind = outcome(record)
+    if kind == "pruned":
         study.tell(trial, state=TrialState.PRUNED)
-    elif record.get("score") is None:
+    elif kind == "errored":
         study.tell(trial, state=TrialState.FAIL)
     else:
-        study.tell(trial, record["score"])
+        study.tell(trial, record["score"] if record["score"] is not None else baseline)
+
+
+def study_records(study: optuna.Study) -> list[dict[str, Any]]:
+    """Every ended trial's record (every attempt), in trial order."""
+    return [r for t in study.get_trials(deepcopy=False) if (r := _record(t)) is not None]
 
 
 def finished_records(study: optuna.Study) -> dict[str, dict[str, Any]]:
-    """Records of trials that ran to an end (scored, failed or pruned), keyed by plan key."""
-    done = {}
-    for t in study.get_trials(deepcopy=False):
-        if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED) and "record" in t.user_attrs:
-            done[t.user_attrs["key"]] = t.user_attrs["record"]
-    return done
+    """The final record of each planned trial that ended (its run, else its errored attempt)."""
+    return {r["key"]: r for r in final_records(study_records(study))}
+
+
+def planned_keys(study: optuna.Study) -> set[str]:
+    return {t.user_attrs["key"] for t in study.get_trials(deepcopy=False) if "key" in t.user_attrs}
 
 
 def export_studies(
-    storage: str | optuna.storages.BaseStorage,
+    storage: str | optuna.storages.BaseStorage, study: str | None = None
 ) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """(run info, finished records in trial order) of every study in a storage."""
+    """(run info, every ended trial's record) of one study, or of every study in a storage."""
     storage = open_storage(storage) if isinstance(storage, str) else storage
+    names = [study] if study else [s.study_name for s in optuna.get_all_study_summaries(storage)]
     out = []
-    for summary in optuna.get_all_study_summaries(storage):
-        study = optuna.load_study(study_name=summary.study_name, storage=storage)
-        out.append((study.user_attrs.get("run_info", {}), list(finished_records(study).values())))
+    for name in names:
+        try:
+            loaded = optuna.load_study(study_name=name, storage=storage)
+        except KeyError:
+            raise SuiteError(f"--study {name!r}: no such study in this storage") from None
+        out.append((loaded.user_attrs.get("run_info", {}), study_records(loaded)))
     return out
 
 
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     """Atomic write: a crash mid-write never leaves a truncated trials file."""
+    write_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a temporary file beside `path`, then rename it into place; a full disk or an
+    unwritable folder is one line naming the file."""
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        reach("outputs_write")
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise SuiteError(
+            f"{path}: cannot write ({err.strerror or err}); the trials are kept in the "
+            "storage: rerun the same command after the fix to write the outputs"
+        ) from None

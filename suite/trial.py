@@ -4,6 +4,7 @@ a record with per-epoch dev metrics, loss curve, wall time, tokens and failure v
 from __future__ import annotations
 
 import logging
+import math
 import time
 import traceback
 import warnings
@@ -15,7 +16,7 @@ import optuna
 import torch
 
 from suite.data.module import FeatureDataModule
-from suite.errors import TrialDiverged
+from suite.errors import SuiteError, TrialDiverged
 from suite.heads.registry import PreparedTask
 from suite.models import load_encoder
 from suite.spec import Size
@@ -57,8 +58,10 @@ def run_trial(
     trainer: dict[str, Any] | None = None,
     pruning_trial: Any = None,
 ) -> dict[str, Any]:
-    """Train and evaluate; never raises for a failed run, returns it marked as failed.
+    """Train and evaluate; returns a record whose `outcome` is succeeded, failed (no better
+    than the trivial baseline, or diverged), errored (a crash: not a run) or pruned.
 
+    A user error (`SuiteError`) is not an outcome: it propagates and stops the study.
     `trainer` passes Lightning options through (accelerator, devices, strategy, precision);
     `pruning_trial` (an Optuna trial) is told the dev score after every epoch and may stop
     the run, which is then recorded as pruned, not failed.
@@ -79,13 +82,15 @@ def run_trial(
     try:
         module = _fit(task, model, plan, progress, record, trainer or {}, pruning_trial)
     except optuna.TrialPruned as err:
-        record.update(failed=False, pruned=True, reason=f"pruned: {err}")
+        record.update(outcome="pruned", reason=f"pruned: {err}")
     except TrialDiverged as err:
-        record.update(failed=True, reason=f"diverged: {err}")
-    except Exception as err:  # any crash is a recorded failed run; the study goes on
+        record.update(outcome="failed", failure="diverged", reason=f"diverged: {err}")
+    except SuiteError:
+        raise
+    except Exception as err:  # a crash (OOM, a bug, a bad kernel) is an errored trial, not a run
         frame = traceback.extract_tb(err.__traceback__)[-1]
         where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
-        record.update(failed=True, reason=f"error: {type(err).__name__}: {err} ({where})")
+        record.update(outcome="errored", reason=f"error: {type(err).__name__}: {err} ({where})")
     record["wall_time_s"] = round(time.perf_counter() - start, 3)
     _finish(task, record, module)
     return record
@@ -157,34 +162,43 @@ class PruneOnEpoch(L.Callback):
 
 
 def _finish(task: PreparedTask, record: dict[str, Any], module: Any) -> None:
-    """Copy the module's record out and judge the run by the task's failure rule."""
+    """Copy the module's record out and judge the run by the task's failure rule. Only a run
+    that ended as a run keeps a score: a diverged, errored or pruned one keeps its per-epoch
+    history (and `last_score`) but has no score for any statistic."""
     module = record.pop("module", module)
     if module is not None:
         record.update(epochs=module.history, loss_curve=module.loss_curve, tokens=dict(module.tokens))
     record.setdefault("epochs", [])
     final = record["epochs"][-1] if record["epochs"] else {}
-    record["score"] = final.get(task.spec.metric.main)
-    record["scores"] = {k: v for k, v in final.items() if k != "epoch"}
-    if record.get("failed") or record.get("pruned"):
-        return
-    failed, reason = judge(task, record["score"])
-    record.update(failed=failed, reason=reason)
+    score = final.get(task.spec.metric.main)
+    if "outcome" not in record:
+        failure, reason = judge(task, score)
+        record.update(outcome="failed" if failure else "succeeded", failure=failure, reason=reason)
+    scored = record["outcome"] in ("succeeded", "failed") and record.get("failure") != "diverged"
+    record["score"] = score if scored else None
+    record["scores"] = {k: v for k, v in final.items() if k != "epoch"} if scored else {}
+    if not scored and score is not None:
+        record["last_score"] = score
+    record["failed"] = record["outcome"] == "failed"
+    record.setdefault("failure", None)
 
 
-def judge(task: PreparedTask, score: float | None) -> tuple[bool, str | None]:
-    """The failure rule of DESIGN.md section 4, from the task's `failure:` block."""
+def judge(task: PreparedTask, score: float | None) -> tuple[str | None, str | None]:
+    """The failure rule of DESIGN.md section 4 -> (failure kind or None, reason)."""
     rule, spec = task.spec.failure, task.spec
     if score is None:
-        return True, "no dev score was produced"
+        return "diverged", "diverged: no dev score was produced"
+    if not math.isfinite(score):
+        return "diverged", f"diverged: non-finite dev {spec.metric.main} ({score})"
     if rule.rule == "threshold":
         if score < rule.threshold:
-            return True, f"dev {spec.metric.main} {score:.4f} below the threshold {rule.threshold}"
-        return False, None
+            return "threshold", f"dev {spec.metric.main} {score:.4f} below the threshold {rule.threshold}"
+        return None, None
     base = task.baseline[spec.metric.main]
     worse = score <= base + rule.margin if spec.metric.higher_is_better else score >= base - rule.margin
     if worse:
         return (
-            True,
+            "baseline",
             f"dev {spec.metric.main} {score:.4f} no better than the trivial baseline {base:.4f}",
         )
-    return False, None
+    return None, None

@@ -41,7 +41,7 @@ def test_leaderboard_command_merges_and_ranks(finished_run: Path, tmp_path: Path
         (lambda d: d["entries"][0]["summary"].update(failure_rate=1.7), "entries/0/summary/failure_rate"),
         (lambda d: d["entries"][0]["runs"][0]["seeds"].pop("order"), "entries/0/runs/0/seeds"),
         (lambda d: d["entries"][0].update(rank="first"), "entries/0/rank"),
-        (lambda d: d.update(schema_version=2), "schema_version"),
+        (lambda d: d.update(schema_version=1), "schema_version"),
     ],
 )
 def test_hand_edited_leaderboard_fails_naming_the_field(
@@ -57,7 +57,7 @@ def test_hand_edited_leaderboard_fails_naming_the_field(
 
 def test_corrupted_leaderboard_is_a_one_line_error(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     bad = tmp_path / "cut.json"
-    bad.write_text('{"schema_version": 1, "entries": [')
+    bad.write_text('{"schema_version": 2, "entries": [')
     assert main(["check-leaderboard", str(bad)]) == 2
     assert "cut.json: not valid JSON" in capsys.readouterr().err
 

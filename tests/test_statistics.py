@@ -83,15 +83,18 @@ def test_variance_shares_need_a_complete_crossed_grid() -> None:
 
 def test_failures_are_counted_and_reported_both_ways() -> None:
     records = [
-        {"score": 0.80, "failed": False, "reason": None},
-        {"score": 0.78, "failed": False, "reason": None},
-        {"score": 0.52, "failed": True, "reason": "dev accuracy 0.52 no better than the trivial baseline"},
-        {"score": None, "failed": True, "reason": "diverged: non-finite training loss (nan) at step 3"},
-        {"score": None, "failed": True, "reason": "error: RuntimeError: boom (x.py:1)"},
+        {"score": 0.80, "outcome": "succeeded"},
+        {"score": 0.78, "outcome": "succeeded"},
+        {"score": 0.52, "outcome": "failed", "failure": "baseline"},
+        {"score": None, "outcome": "failed", "failure": "diverged"},
+        {"score": None, "outcome": "errored", "reason": "error: RuntimeError: boom (x.py:1)"},
+        {"score": None, "outcome": "pruned", "last_score": 0.9},
     ]
     s = summarize(records)
-    assert s["runs"] == 5 and s["failed"] == 3 and s["failure_rate"] == pytest.approx(0.6)
-    assert s["failure_kinds"] == {"baseline": 1, "diverged": 1, "error": 1}
+    # The crash and the pruned trial are not runs: counted apart, never in the failure rate.
+    assert s["runs"] == 4 and s["failed"] == 2 and s["failure_rate"] == pytest.approx(0.5)
+    assert s["errored"] == 1 and s["pruned"] == 1
+    assert s["failure_kinds"] == {"baseline": 1, "diverged": 1}
     assert s["all"]["n"] == 3 and s["all"]["min"] == pytest.approx(0.52)
     assert s["excluding_failed"]["n"] == 2 and s["excluding_failed"]["min"] == pytest.approx(0.78)
 

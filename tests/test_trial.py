@@ -39,7 +39,8 @@ def test_each_seed_moves_its_own_factor(prepared, tiny_models) -> None:
 def test_diverging_run_is_recorded_as_failed(prepared, tiny_models, monkeypatch) -> None:
     monkeypatch.setattr(ClassificationModule, "loss", lambda self, batch: torch.tensor(float("nan")))
     record = run_trial(prepared, str(tiny_models["bert"]), TrialPlan(16, HP, Seeds(1, 2, 3)))
-    assert record["failed"] and record["reason"].startswith("diverged: non-finite training loss")
+    assert record["outcome"] == "failed" and record["failure"] == "diverged" and record["failed"]
+    assert record["reason"].startswith("diverged: non-finite training loss")
     assert record["score"] is None and record["wall_time_s"] > 0
 
 
@@ -49,18 +50,39 @@ def test_crash_is_recorded_with_its_reason(prepared, tiny_models, monkeypatch) -
 
     monkeypatch.setattr(ClassificationModule, "loss", boom)
     record = run_trial(prepared, str(tiny_models["bert"]), TrialPlan(16, HP, Seeds(1, 2, 3)))
-    assert record["failed"] and "RuntimeError: out of memory" in record["reason"]
+    # A crash is infrastructure: an errored trial, never a failed run, and it has no score.
+    assert record["outcome"] == "errored" and not record["failed"] and record["score"] is None
+    assert "RuntimeError: out of memory" in record["reason"]
+
+
+def test_user_error_inside_a_trial_is_not_an_outcome(prepared, tiny_models, monkeypatch) -> None:  # noqa: ANN001
+    from suite.errors import DataError
+
+    def missing(self, batch):  # noqa: ANN001, ANN202
+        raise DataError("task tiny: field 'data.train': data file not found: x.tsv")
+
+    monkeypatch.setattr(ClassificationModule, "loss", missing)
+    with pytest.raises(DataError):
+        run_trial(prepared, str(tiny_models["bert"]), TrialPlan(16, HP, Seeds(1, 2, 3)))
+
+
+def test_non_finite_score_is_a_diverged_run_without_a_score(prepared, tiny_models, monkeypatch) -> None:  # noqa: ANN001
+    # NaN never compares below a baseline: without this check a NaN regression score passed.
+    monkeypatch.setattr(ClassificationModule, "epoch_metrics", lambda self: {"accuracy": float("nan")})
+    record = run_trial(prepared, str(tiny_models["bert"]), TrialPlan(16, HP, Seeds(1, 2, 3)))
+    assert record["outcome"] == "failed" and record["failure"] == "diverged"
+    assert record["score"] is None and record["scores"] == {}
 
 
 def test_failure_rule_against_the_trivial_baseline(prepared) -> None:
     base = prepared.baseline["accuracy"]
     assert base == pytest.approx(0.5)  # the tiny dev set is balanced
-    assert judge(prepared, base)[0] and judge(prepared, base - 0.1)[0]
-    assert not judge(prepared, base + 0.01)[0]
-    assert judge(prepared, None) == (True, "no dev score was produced")
+    assert judge(prepared, base)[0] == "baseline" and judge(prepared, base - 0.1)[0] == "baseline"
+    assert judge(prepared, base + 0.01) == (None, None)
+    assert judge(prepared, None)[0] == "diverged" and judge(prepared, float("nan"))[0] == "diverged"
     spec = prepared.spec.model_copy(update={"failure": FailureSpec(rule="threshold", threshold=0.9)})
     thresholded = PreparedTask(spec, prepared.data, None, None, prepared.baseline)
-    assert judge(thresholded, 0.8)[0] and not judge(thresholded, 0.95)[0]
+    assert judge(thresholded, 0.8)[0] == "threshold" and judge(thresholded, 0.95)[0] is None
 
 
 def test_mrpc_baseline_is_the_all_positive_classifier(shared_data: Path) -> None:
@@ -92,5 +114,7 @@ def test_pruned_run_is_recorded_as_pruned_not_failed(prepared, tiny_models) -> N
     record = run_trial(
         prepared, str(tiny_models["bert"]), TrialPlan(16, HP, Seeds(1, 2, 3)), pruning_trial=trial
     )
-    assert record["pruned"] and not record["failed"] and record["reason"].startswith("pruned: at epoch 1")
-    assert len(record["epochs"]) == 1 and trial.reports == [(record["score"], 1)]
+    assert record["outcome"] == "pruned" and not record["failed"] and record["reason"].startswith("pruned: at epoch 1")
+    # A pruned trial is not a run: its last dev score is kept as history, never as a score.
+    assert record["score"] is None and len(record["epochs"]) == 1
+    assert trial.reports == [(record["last_score"], 1)]

@@ -15,6 +15,9 @@ from typing import Any
 
 import torch
 
+from suite.errors import SuiteError
+from suite.faults import reach
+
 ENV_VAR = "SUITE_CACHE_DIR"
 
 
@@ -31,14 +34,28 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 
 
 def cached(key: dict[str, Any], build: Callable[[], Any]) -> Any:
-    """Load `key`'s features from disk, or build, save (atomically) and return them."""
+    """Load `key`'s features from disk, or build, save (atomically) and return them.
+
+    Keys name the content hash of the data files, so an edited file never reuses features.
+    A torn file (a crash of another tool, a full disk) fails to load and is rebuilt.
+    """
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:24]
     path = cache_dir() / "features" / f"{digest}.pt"
     if path.is_file():
-        return torch.load(path, weights_only=False)
+        try:
+            return torch.load(path, weights_only=False)
+        except Exception:  # noqa: BLE001 - any unreadable cache file is rebuilt, never trusted
+            path.unlink(missing_ok=True)
     value = build()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    torch.save(value, tmp)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        torch.save(value, tmp)
+        reach("cache_write")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise SuiteError(
+            f"{cache_dir()}: cannot write the feature cache ({err.strerror or err}); "
+            f"free space or set {ENV_VAR}"
+        ) from None
     return value

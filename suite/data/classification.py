@@ -12,6 +12,7 @@ from suite.data.paths import local_file
 from suite.data.subsample import regression_strata, subsample_indices
 from suite.data.tables import read_hub_split, read_rows, require_columns
 from suite.errors import DataError
+from suite.provenance import file_sha256
 from suite.spec import TaskSpec
 
 Features = list[dict[str, Any]]
@@ -83,6 +84,7 @@ class ClassificationData:
             "kind": "classification",
             "tokenizer": tokenizer_fingerprint(self.tokenizer),
             "source": self.sources[split],
+            "sha256": file_sha256(self.sources[split]),
             "text": self.spec.data.text,
             "labels": self.spec.labels,
             "max_length": self.spec.max_length,

@@ -15,8 +15,10 @@ def data_dir(flag: str | Path | None = None) -> Path | None:
     return Path(value).expanduser() if value else None
 
 
-def local_file(root: Path | None, folder: str, name: str, field: str, task: str) -> Path:
+def local_file(root: Path | None, folder: str, name: str | None, field: str, task: str) -> Path:
     """The path of one split's file, or a one-line error naming task, field and path."""
+    if name is None:
+        raise DataError(f"task {task}: field 'data.{field}': no {field} file is named in the spec")
     if root is None:
         raise DataError(
             f"task {task}: field 'data.local' needs a data directory; set {ENV_VAR} or --data-dir"

@@ -18,6 +18,7 @@ from suite.data.classification import EVAL_SUBSAMPLE_SEED
 from suite.data.conll import TO_IOB2, Sentence, check_tags, read_conll
 from suite.data.paths import local_file
 from suite.data.subsample import subsample_indices
+from suite.provenance import file_sha256
 from suite.spec import TaskSpec
 
 IGNORE = -100
@@ -72,6 +73,7 @@ class TaggingData:
             "kind": "tagging",
             "tokenizer": tokenizer_fingerprint(self.tokenizer),
             "source": self.sources[split],
+            "sha256": file_sha256(self.sources[split]),
             "tags": self.tags,
             "scheme": self.spec.data.tag_scheme,
             "all_subtokens": self.spec.tagging.label_all_subtokens,

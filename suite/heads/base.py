@@ -11,6 +11,7 @@ import torch
 from transformers import PreTrainedModel, get_linear_schedule_with_warmup
 
 from suite.errors import TrialDiverged
+from suite.faults import reach
 from suite.models import encoder_inputs
 from suite.optim import make_optimizer
 from suite.sweep import HParams
@@ -51,6 +52,7 @@ class EncoderModule(L.LightningModule):
         raise NotImplementedError
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        reach("train_step")
         loss = self.loss(batch)
         value = loss.item()
         if not math.isfinite(value):
@@ -64,6 +66,7 @@ class EncoderModule(L.LightningModule):
         if self.trainer.sanity_checking:
             return
         metrics = self.epoch_metrics()
+        reach("evaluation")
         self.history.append({"epoch": self.current_epoch + 1, **metrics})
 
     def configure_optimizers(self) -> dict[str, Any]:

@@ -1,0 +1,64 @@
+"""Pre-flight: every planned trial's inputs checked before the first trial trains.
+
+A user error found here is one line naming the file and field, exit 2, with nothing trained
+and nothing written; found inside a trial it would have become a row of "failed runs".
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from suite.errors import DataError, SpecError, SuiteError
+from suite.heads.registry import PreparedTask
+from suite.provenance import file_sha256
+from suite.sweep import SweepSpec, seed_grid
+
+
+def check_planned_inputs(task: PreparedTask, sweep: SweepSpec, spec_path: str | Path) -> None:
+    """Every (size, subsample seed) of the plan has its training examples (a split file for
+    QA, enough examples for a subsample), tokenizes, and the evaluation set is non-empty.
+
+    Features built here land in the feature cache, so the trials reuse them.
+    """
+    data, spec = task.data, task.spec
+    subsamples = sorted({seeds[2] for seeds in seed_grid(sweep.seeds)})
+    for size in spec.sizes:
+        for seed in subsamples:
+            indices = data.train_indices(size, seed)
+            if size != "full" and len(indices) < int(size):
+                raise SpecError(
+                    f"{spec_path}: field 'sizes': size {size} exceeds the {len(indices)} training "
+                    f"examples of {data.sources.get('train', 'the training data')}"
+                )
+            if len(data.features("train", indices)) == 0:
+                raise DataError(f"task {spec.name}: the training subsample (size {size}) has no examples")
+            if len(data.features("dev", data.dev_indices())) == 0:
+                raise DataError(f"task {spec.name}: the {spec.eval_split} set has no examples")
+
+
+def data_hashes(task: PreparedTask) -> dict[str, str | None]:
+    """Content hash of every data file the plan reads (call after `check_planned_inputs`,
+    which loads every split); hub sources are named by their source string."""
+    return {label: file_sha256(source) or source for label, source in sorted(task.data.sources.items())}
+
+
+def check_writable(folder: Path) -> None:
+    """The run folder can be created and written (nothing is left behind by the check)."""
+    existing = next((p for p in [folder, *folder.parents] if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        raise SuiteError(f"--out {folder}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SuiteError(f"--out {folder}: {existing} is not writable")
+
+
+def make_run_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-probe.{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise SuiteError(f"--out {folder}: cannot write here ({err.strerror or err})") from None
+    for stale in folder.glob("*.tmp"):  # left by a process killed mid-write; never a result
+        stale.unlink(missing_ok=True)

@@ -1,0 +1,104 @@
+"""Trial records: the outcome taxonomy, one final record per planned trial, setting labels, and
+a run folder's own files (run.json + trials.jsonl).
+
+Outcomes (DESIGN.md section 4):
+- `succeeded`: a run that beat the trivial baseline (or threshold);
+- `failed`: a run that did not (`failure: baseline | threshold`) or diverged (`failure:
+  diverged`, a non-finite loss or score; it has no score);
+- `errored`: not a run at all (a crash, OOM, a killed worker): retried, reported apart, never in
+  the failure rate or any statistic;
+- `pruned`: stopped early by a search-phase pruner: counted apart, never in a statistic.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from suite.errors import SuiteError
+
+RUN_OUTCOMES = ("succeeded", "failed")
+OUTCOMES = (*RUN_OUTCOMES, "errored", "pruned")
+
+
+def outcome(record: dict[str, Any]) -> str:
+    """A record's outcome (records from before the taxonomy are read by their flags)."""
+    if "outcome" in record:
+        return record["outcome"]
+    if record.get("pruned"):
+        return "pruned"
+    if (record.get("reason") or "").startswith("error"):
+        return "errored"
+    return "failed" if record.get("failed") else "succeeded"
+
+
+def is_run(record: dict[str, Any]) -> bool:
+    """A run ended as a training outcome: it enters the statistics and the failure rate."""
+    return outcome(record) in RUN_OUTCOMES
+
+
+def runs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if is_run(r)]
+
+
+def final_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per planned trial (key): its run if any attempt ran to an end, else its last
+    errored attempt. Order: first appearance of each key."""
+    chosen: dict[str, dict[str, Any]] = {}
+    for r in records:
+        previous = chosen.get(r["key"])
+        if previous is None or not is_run(previous):  # a later attempt replaces an errored one
+            chosen[r["key"]] = r
+    return list(chosen.values())
+
+
+def counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """How many final records end in each outcome."""
+    out = dict.fromkeys(OUTCOMES, 0)
+    for r in records:
+        out[outcome(r)] += 1
+    return out
+
+
+def setting_key(hparams: dict[str, Any]) -> str:
+    """The full setting (every hyperparameter): what groups runs. Two settings that differ in
+    any value, warmup or bias correction included, are never merged."""
+    return json.dumps(hparams, sort_keys=True)
+
+
+def setting_labels(records: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """setting_key -> a short label naming the hyperparameters that differ across settings
+    (all of lr, batch size and epochs when only one setting ran)."""
+    settings = {setting_key(r["hparams"]): r["hparams"] for r in records}
+    names = sorted({k for h in settings.values() for k in h})
+    varying = [k for k in names if len({json.dumps(h.get(k)) for h in settings.values()}) > 1]
+    shown = varying or [k for k in ("lr", "batch_size", "epochs") if k in names]
+    short = {"batch_size": "bs", "epochs": "ep"}
+    return {
+        key: " ".join(f"{short.get(k, k)}={_fmt(h.get(k))}" for k in shown) for key, h in settings.items()
+    }
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def load_run(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A run folder's study: its run info and the final record of each planned trial, read from
+    the folder's own files (no storage access, so a password-protected URL never matters)."""
+    folder = Path(folder)
+    info_path, trials_path = folder / "run.json", folder / "trials.jsonl"
+    for path in (info_path, trials_path):
+        if not path.is_file():
+            raise SuiteError(
+                f"{folder}: no {path.name} here (expected a runs/<task>/<model> folder; "
+                "rerun `suite run` to write its outputs)"
+            )
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+        records = [json.loads(line) for line in trials_path.read_text(encoding="utf-8").splitlines() if line]
+    except json.JSONDecodeError as err:
+        raise SuiteError(f"{folder}: {err.msg} in run.json or trials.jsonl (line {err.lineno})") from None
+    return info, final_records(records)
