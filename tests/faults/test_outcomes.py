@@ -20,7 +20,8 @@ ORDER = [child_seed(0, "order", i) for i in range(4)]  # the tiny sweep's order 
 def _four_repeats(task: Path, lr: str = "1.0e-3", extra: str = "") -> None:
     sweep = task.parent.parent / "sweeps" / "tiny.yaml"
     sweep.write_text(
-        f"name: tiny\nhparams: {{lr: {lr}, batch_size: 8, epochs: 2{extra}}}\nseeds: {{master: 0, repeats: 4}}\n"
+        f"name: tiny\nhparams: {{lr: {lr}, batch_size: 8, epochs: 2{extra}}}\n"
+        "seeds: {master: 0, repeats: 4}\n"
     )
 
 
@@ -47,7 +48,9 @@ def _sabotage(monkeypatch) -> None:  # noqa: ANN001
     monkeypatch.setattr(ClassificationModule, "forward", one_class)
 
 
-def test_each_fault_lands_in_its_bucket_and_the_study_goes_on(tiny_task: Path, tiny_models, monkeypatch, capsys) -> None:  # noqa: ANN001, E501
+def test_each_fault_lands_in_its_bucket_and_the_study_goes_on(
+    tiny_task: Path, tiny_models, monkeypatch, capsys
+) -> None:  # noqa: ANN001, E501
     assert [s[1] for s in seed_grid(SeedSpec(repeats=4))] == ORDER
     _four_repeats(tiny_task)
     _sabotage(monkeypatch)

@@ -56,7 +56,9 @@ def test_edited_data_file_is_refused(tiny_task: Path, tiny_models, capsys) -> No
 def test_other_eval_split_is_refused(tiny_task: Path, tiny_models, capsys) -> None:  # noqa: ANN001
     data = tiny_task.parent.parent / "data" / "tiny"
     (data / "test.tsv").write_text((data / "dev.tsv").read_text())
-    tiny_task.write_text(tiny_task.read_text().replace("validation: dev.tsv", "validation: dev.tsv, test: test.tsv"))
+    tiny_task.write_text(
+        tiny_task.read_text().replace("validation: dev.tsv", "validation: dev.tsv, test: test.tsv")
+    )
     run_tiny(tiny_task, tiny_models["bert"])
     err = _refused(capsys, tiny_task, tiny_models["bert"], "--eval-split", "test")
     assert "task.eval_split validation -> test" in err
@@ -68,7 +70,9 @@ def test_other_thread_count_is_refused(tiny_task: Path, tiny_models, capsys) -> 
     assert "threads 1 -> 2" in err
 
 
-def test_same_command_resumes_and_a_new_study_name_starts_afresh(tiny_task: Path, tiny_models, capsys) -> None:  # noqa: ANN001
+def test_same_command_resumes_and_a_new_study_name_starts_afresh(
+    tiny_task: Path, tiny_models, capsys
+) -> None:  # noqa: ANN001
     folder = run_tiny(tiny_task, tiny_models["bert"])
     first = (folder / "trials.jsonl").read_text()
     run_tiny(tiny_task, tiny_models["bert"])
@@ -90,7 +94,9 @@ def test_worker_refuses_a_study_it_would_run_differently(tiny_task: Path, tiny_m
     assert main([*common, "--data-dir", str(data), "--threads", "1"]) == 0  # same inputs: joins
     assert main([*common, "--data-dir", str(data), "--threads", "2"]) == 2
     assert "threads 1 -> 2" in capsys.readouterr().err
-    (data / "tiny" / "dev.tsv").write_text((data / "tiny" / "dev.tsv").read_text().replace("\tyes", "\tno", 1))
+    (data / "tiny" / "dev.tsv").write_text(
+        (data / "tiny" / "dev.tsv").read_text().replace("\tyes", "\tno", 1)
+    )
     assert main([*common, "--data-dir", str(data), "--threads", "1"]) == 2
     assert "data.dev " in capsys.readouterr().err
 
