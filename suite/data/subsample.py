@@ -15,6 +15,10 @@ def subsample_indices(
     proportions of the full set are kept; classes too rare to stratify fall back to a
     plain seeded draw.
     """
+    if not 0 <= int(seed) < 2**32:
+        # scikit-learn rejects such a seed with a ValueError, which the fallback below would
+        # mistake for an unstratifiable class and silently draw without stratification.
+        raise ValueError(f"subsample seed {seed}: expected 0 <= seed < 2**32 (a numpy seed)")
     if size == "full" or int(size) >= n_total:
         return np.arange(n_total)
     everything = np.arange(n_total)
