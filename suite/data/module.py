@@ -44,7 +44,11 @@ class FeatureDataModule(L.LightningDataModule):
             lengths = [len(f["input_ids"]) for f in self.train]
             sampler = LengthGroupedSampler(self.batch_size, lengths=lengths, generator=order)
             return DataLoader(
-                self.train, batch_size=self.batch_size, sampler=sampler, collate_fn=self.collate
+                self.train,
+                batch_size=self.batch_size,
+                sampler=sampler,
+                generator=order,
+                collate_fn=self.collate,
             )
         return DataLoader(
             self.train, batch_size=self.batch_size, shuffle=True, generator=order, collate_fn=self.collate
@@ -53,5 +57,8 @@ class FeatureDataModule(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         # Length-sorted dev batches carry little padding; every feature carries its own
         # label (or example id), so the metric does not depend on this order.
+        # A loader without its own generator draws its base seed from torch's global RNG, which
+        # is the dropout stream: dropout would then depend on how often dev is evaluated.
         dev = sorted(self.dev, key=lambda f: len(f["input_ids"]))
-        return DataLoader(dev, batch_size=self.eval_batch_size, collate_fn=self.collate)
+        fixed = torch.Generator().manual_seed(0)
+        return DataLoader(dev, batch_size=self.eval_batch_size, generator=fixed, collate_fn=self.collate)

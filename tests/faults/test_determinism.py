@@ -464,3 +464,17 @@ def test_out_of_range_subsample_seed_is_refused_not_silently_unstratified() -> N
     for seed in (2**32, 2**40, -1):
         with pytest.raises(ValueError, match="subsample seed"):
             subsample_indices(1000, 100, seed=seed, strata=labels)
+
+
+@pytest.mark.parametrize("group_by_length", [False, True])
+def test_loaders_never_draw_from_the_dropout_stream(rte: PreparedTask, group_by_length: bool) -> None:
+    """torch's global RNG is the dropout stream: iterating a train or dev loader must not move
+    it, or dropout would depend on how often dev is evaluated."""
+    train, dev = _train_dev(rte, 64, 3)
+    module = FeatureDataModule(train, dev, 8, 5, rte.collate, group_by_length=group_by_length)
+    torch.manual_seed(11)
+    before = torch.get_rng_state()
+    for loader in (module.train_dataloader(), module.val_dataloader()):
+        for _ in loader:
+            pass
+    assert torch.equal(before, torch.get_rng_state())
