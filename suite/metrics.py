@@ -27,37 +27,49 @@ def _spearman(y: np.ndarray, p: np.ndarray) -> float:
 
 CLASSIFICATION: dict[str, Metric] = {
     "accuracy": lambda y, p: skm.accuracy_score(y, p),
-    # Binary F1 of the positive class (label index 1), as GLUE reports MRPC; macro for more classes.
-    "f1": lambda y, p: skm.f1_score(y, p, average="binary" if max(y.max(), p.max()) <= 1 else "macro"),
     "matthews": lambda y, p: skm.matthews_corrcoef(y, p),
 }
 REGRESSION: dict[str, Metric] = {"pearson": _pearson, "spearman": _spearman}
 
 METRICS_BY_HEAD: dict[str, set[str]] = {
-    "classification": set(CLASSIFICATION) | set(REGRESSION),
+    "classification": {*CLASSIFICATION, "f1", *REGRESSION},
     "tagging": {"entity_f1", "entity_f1_strict", "precision", "recall"},
     "span": {"exact_match", "f1"},
 }
 
 
+def _f1(num_labels: int) -> Metric:
+    """Binary F1 of the positive class (label index 1) for a two-class spec, as GLUE reports
+    MRPC; macro F1 over the spec's classes otherwise. Decided by the spec, never by the labels a
+    run happens to predict."""
+    if num_labels == 2:
+        return lambda y, p: skm.f1_score(y, p, average="binary", zero_division=0)
+    return lambda y, p: skm.f1_score(y, p, average="macro", labels=list(range(num_labels)), zero_division=0)
+
+
 def classification_scores(
-    names: Sequence[str], labels: np.ndarray, predictions: np.ndarray
+    names: Sequence[str], labels: np.ndarray, predictions: np.ndarray, num_labels: int = 2
 ) -> dict[str, float]:
     """A regression head passes continuous predictions."""
-    table = {**CLASSIFICATION, **REGRESSION}
+    table = {**CLASSIFICATION, **REGRESSION, "f1": _f1(num_labels)}
     return {name: float(table[name](labels, predictions)) for name in names}
 
 
 def trivial_baseline(
-    names: Sequence[str], train_labels: np.ndarray, dev_labels: np.ndarray, regression: bool
+    names: Sequence[str], dev_labels: np.ndarray, regression: bool, num_labels: int = 2
 ) -> dict[str, float]:
-    """What a model that ignores its input scores: the train-majority class (classification)
-    or the train mean (regression) predicted for every dev example."""
+    """What a model that ignores its input scores at best (DESIGN.md section 4): per metric,
+    the best constant prediction on the evaluation set (every class tried; the dev-majority
+    class for accuracy, often the positive class for F1). A constant has no correlation, so
+    Pearson, Spearman and Matthews are 0."""
     if regression:
-        constant = np.full(len(dev_labels), float(np.mean(train_labels)))
-    else:
-        constant = np.full(len(dev_labels), np.bincount(train_labels).argmax())
-    return classification_scores(names, dev_labels, constant)
+        constant = np.full(len(dev_labels), float(np.mean(dev_labels)))
+        return classification_scores(names, dev_labels, constant)
+    scores = [
+        classification_scores(names, dev_labels, np.full(len(dev_labels), c), num_labels)
+        for c in range(num_labels)
+    ]
+    return {name: max(s[name] for s in scores) for name in names}
 
 
 def entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, float]:

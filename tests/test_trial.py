@@ -91,7 +91,7 @@ def test_mrpc_baseline_is_the_all_positive_classifier(shared_data: Path) -> None
     task = load_task(Path(__file__).parent.parent / "tasks/mrpc.yaml")
     data = prepare_task(task, shared_data, load_tokenizer("minilm-l6")).data
     names = ["f1", "accuracy"]
-    base = trivial_baseline(names, data.labels["train"], data.labels["dev"], False)
+    base = trivial_baseline(names, data.labels["dev"], False, 2)
     assert base["f1"] == pytest.approx(0.812, abs=1e-3) and base["accuracy"] == pytest.approx(0.684, abs=1e-3)
     assert np.bincount(data.labels["dev"]).tolist() == [129, 279]
 
@@ -114,7 +114,33 @@ def test_pruned_run_is_recorded_as_pruned_not_failed(prepared, tiny_models) -> N
     record = run_trial(
         prepared, str(tiny_models["bert"]), TrialPlan(16, HP, Seeds(1, 2, 3)), pruning_trial=trial
     )
-    assert record["outcome"] == "pruned" and not record["failed"] and record["reason"].startswith("pruned: at epoch 1")
+    assert (
+        record["outcome"] == "pruned"
+        and not record["failed"]
+        and record["reason"].startswith("pruned: at epoch 1")
+    )
     # A pruned trial is not a run: its last dev score is kept as history, never as a score.
     assert record["score"] is None and len(record["epochs"]) == 1
     assert trial.reports == [(record["last_score"], 1)]
+
+
+def test_baseline_is_the_best_constant_on_the_evaluation_set() -> None:
+    from suite.metrics import trivial_baseline
+
+    # DESIGN.md s4: the train majority (class 0 here) is not the best constant on dev (class 2).
+    dev = np.array([2, 2, 2, 1, 1, 0])
+    base = trivial_baseline(["accuracy", "f1", "matthews"], dev, False, num_labels=3)
+    assert base["accuracy"] == pytest.approx(0.5) and base["matthews"] == 0.0
+    assert base["f1"] == pytest.approx(
+        max(2 * 0.5 / 1.5 / 3, 2 * (1 / 3) / (4 / 3) / 3, 2 * (1 / 6) / (7 / 6) / 3)
+    )
+    assert trivial_baseline(["pearson"], np.array([0.1, 0.5, 0.9]), True) == {"pearson": 0.0}
+
+
+def test_f1_average_follows_the_spec_not_the_predictions() -> None:
+    from suite.metrics import classification_scores
+
+    y, p = np.array([0, 1, 1, 0]), np.array([0, 1, 0, 0])  # a 3-class task; only 0/1 seen here
+    macro = classification_scores(["f1"], y, p, num_labels=3)["f1"]
+    assert macro == pytest.approx((0.8 + 2 / 3 + 0) / 3)  # macro over the spec's 3 classes, not binary
+    assert classification_scores(["f1"], np.array([0, 1]), np.array([0, 0]), 2)["f1"] == 0.0

@@ -23,6 +23,7 @@ class ClassificationModule(EncoderModule):
     ) -> None:
         super().__init__(encoder, hparams)
         self.regression = regression
+        self.num_labels = num_labels
         self.metric_names = metric_names
         self.dropout = nn.Dropout(self.head_dropout)
         self.classifier = nn.Linear(self.hidden_size, 1 if regression else num_labels)
@@ -54,4 +55,4 @@ class ClassificationModule(EncoderModule):
         self._predictions, self._labels = [], []
         if not self.regression:
             predictions = predictions.astype(np.int64)
-        return classification_scores(self.metric_names, labels, predictions)
+        return classification_scores(self.metric_names, labels, predictions, self.num_labels)

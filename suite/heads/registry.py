@@ -43,7 +43,7 @@ def _classification(spec: TaskSpec, root: Path | None, tokenizer: Any) -> Prepar
     data = ClassificationData(spec, root, tokenizer)
     names = [spec.metric.main, *spec.metric.extra]
     dev = data.labels["dev"][data.dev_indices()]
-    baseline = trivial_baseline(names, data.labels["train"], dev, spec.regression)
+    baseline = trivial_baseline(names, dev, spec.regression, data.num_labels)
 
     def build(task: PreparedTask, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
         return ClassificationModule(encoder, hparams, data.num_labels, names, regression=spec.regression)
