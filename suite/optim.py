@@ -7,18 +7,25 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight")
+# No decay on biases, norms, and a CRF's transition scores (log-potentials, not weights).
+NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "norm.weight", "transitions")
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on matrices only: none on biases and LayerNorm weights (as BERT does)."""
-    decay, no_decay = [], []
+def parameter_groups(
+    model: nn.Module, lr: float, weight_decay: float, multipliers: dict[str, float] | None = None
+) -> list[dict]:
+    """Weight decay on matrices only: none on biases and LayerNorm weights (as BERT does); a
+    parameter whose name starts with a prefix in `multipliers` trains at lr x its multiplier."""
+    groups: dict[tuple[float, bool], list] = {}
     for name, param in model.named_parameters():
-        if param.requires_grad:
-            (no_decay if name.endswith(NO_DECAY) or param.ndim < 2 else decay).append(param)
+        if not param.requires_grad:
+            continue
+        mult = next((m for prefix, m in (multipliers or {}).items() if name.startswith(prefix)), 1.0)
+        decays = not (name.endswith(NO_DECAY) or param.ndim < 2)
+        groups.setdefault((mult, decays), []).append(param)
     return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {"params": params, "lr": lr * mult, "weight_decay": weight_decay if decays else 0.0}
+        for (mult, decays), params in sorted(groups.items(), key=lambda kv: (kv[0][0], not kv[0][1]))
     ]
 
 
@@ -55,9 +62,13 @@ class BertAdam(torch.optim.Optimizer):
 
 
 def make_optimizer(
-    model: nn.Module, lr: float, weight_decay: float, bias_correction: bool
+    model: nn.Module,
+    lr: float,
+    weight_decay: float,
+    bias_correction: bool,
+    multipliers: dict[str, float] | None = None,
 ) -> torch.optim.Optimizer:
-    groups = parameter_groups(model, weight_decay)
+    groups = parameter_groups(model, lr, weight_decay, multipliers)
     if not bias_correction:
         return BertAdam(groups, lr=lr)
     # fused=True: one kernel for all parameters, ~7x faster per step than the default on CPU.

@@ -22,7 +22,7 @@ def test_bias_correction_off_inflates_the_first_steps() -> None:
 
 def test_no_weight_decay_on_biases_and_layernorm() -> None:
     model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
-    decay, no_decay = parameter_groups(model, 0.01)
+    decay, no_decay = parameter_groups(model, 1e-3, 0.01)
     assert len(decay["params"]) == 1 and decay["params"][0] is model[0].weight
     assert len(no_decay["params"]) == 3 and no_decay["weight_decay"] == 0.0
 

@@ -36,3 +36,55 @@ def test_roberta_with_byte_level_bpe_and_deberta_with_unigram(tiny_models, tiny_
     for arch, family in (("roberta", "bpe"), ("deberta-v2", "unigram")):
         record = _train(tiny_ner, str(tiny_models[arch]), tiny_tokenizers[family])
         assert record["reason"] is None or "threshold" in record["reason"], record["reason"]
+
+
+def _crf_module(tiny_models) -> "TaggingModule":  # noqa: ANN001, F821
+    from suite.data.tagging import tag_vocabulary
+    from suite.heads.tagging import TaggingModule
+    from suite.models import load_encoder
+
+    tags = tag_vocabulary(["PER", "LOC"])
+    return TaggingModule(load_encoder(str(tiny_models["bert"])), HP, tags, lambda w: {}, crf=True)
+
+
+def test_crf_never_decodes_an_impossible_iob2_transition(tiny_models) -> None:  # noqa: ANN001
+    import torch
+
+    from suite.data.tagging import tag_vocabulary
+
+    tags = tag_vocabulary(["PER", "LOC"])  # O, B-PER, I-PER, B-LOC, I-LOC
+    crf = _crf_module(tiny_models).crf
+    torch.manual_seed(0)
+    emissions = torch.randn(200, 12, len(tags)) * 5  # strong random scores favour every tag
+    paths = crf.decode(emissions)
+    for path in paths:
+        names = [tags[t] for t in path]
+        assert not names[0].startswith("I-")
+        for previous, tag in zip(names[:-1], names[1:], strict=True):
+            assert not tag.startswith("I-") or previous in (f"B-{tag[2:]}", tag), (previous, tag)
+    assert any(t.startswith("I-") for p in paths for t in (tags[i] for i in p))  # I- still used
+
+
+def test_crf_loss_is_per_word_and_trains_in_its_own_group(tiny_models) -> None:  # noqa: ANN001
+    import torch
+
+    module = _crf_module(tiny_models)
+    crf = module.crf
+    torch.manual_seed(1)
+    emissions, tags = torch.randn(3, 7, 5), torch.zeros(3, 7, dtype=torch.long)
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    total = -crf(emissions, tags, mask=mask, reduction="sum")
+    assert torch.allclose(-crf(emissions, tags, mask=mask, reduction="token_mean"), total / 21)
+
+    from suite.heads.tagging import CRF_LR_MULT
+    from suite.optim import make_optimizer
+
+    optimizer = make_optimizer(module, 2e-5, 0.01, True, module.lr_multipliers())
+    crf_params = {id(p) for p in crf.parameters()}
+    for group in optimizer.param_groups:
+        in_crf = {id(p) in crf_params for p in group["params"]}
+        assert len(in_crf) == 1  # no group mixes CRF and other parameters
+        assert group["lr"] == (2e-5 * CRF_LR_MULT if in_crf == {True} else 2e-5)
+        if in_crf == {True}:
+            assert group["weight_decay"] == 0.0
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(module.parameters()))

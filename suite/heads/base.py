@@ -69,9 +69,14 @@ class EncoderModule(L.LightningModule):
         reach("evaluation")
         self.history.append({"epoch": self.current_epoch + 1, **metrics})
 
+    def lr_multipliers(self) -> dict[str, float]:
+        """Parameter-name prefix -> learning-rate multiplier, for parts that train at their own
+        rate (a head's CRF); everything else trains at the base rate."""
+        return {}
+
     def configure_optimizers(self) -> dict[str, Any]:
         h = self.train_hparams
-        optimizer = make_optimizer(self, h.lr, h.weight_decay, h.bias_correction)
+        optimizer = make_optimizer(self, h.lr, h.weight_decay, h.bias_correction, self.lr_multipliers())
         total = int(self.trainer.estimated_stepping_batches)
         schedule = get_linear_schedule_with_warmup(optimizer, round(h.warmup_ratio * total), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -69,7 +69,7 @@ def _tagging(spec: TaskSpec, root: Path | None, tokenizer: Any) -> PreparedTask:
     baseline = {name: 0.0 for name in [spec.metric.main, *spec.metric.extra]}
 
     def build(task: PreparedTask, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
-        return TaggingModule(encoder, hparams, data.num_labels, tagging_scorer(data), crf=spec.tagging.crf)
+        return TaggingModule(encoder, hparams, data.tags, tagging_scorer(data), crf=spec.tagging.crf)
 
     return PreparedTask(spec, data, tokenizer, collate_tagging(tokenizer), baseline, build)
 

@@ -3,6 +3,13 @@
 Both score each word by its first sub-token. The linear head's loss runs over every labelled
 sub-token (the first only, or all with `label_all_subtokens`); the CRF runs over the sequence
 of first sub-tokens, where tag transitions are meaningful.
+
+So that `ner` vs `ner-crf` compares heads and nothing else, the CRF's loss is normalised like
+the linear head's (mean negative log-likelihood per word, not per sentence, which would scale
+the gradient, the clipping and the effective learning rate by sentence length); its
+transitions, which start near zero, train in their own learning-rate group; and IOB2's
+impossible transitions (O -> I-X, B-X -> I-Y, start -> I-X) are fixed at -10000, so neither
+training nor Viterbi decoding can use them.
 """
 
 from __future__ import annotations
@@ -20,19 +27,60 @@ from suite.sweep import HParams
 
 Scorer = Callable[[list[tuple[int, int, list[int]]]], dict[str, float]]
 
+CRF_LR_MULT = 100.0  # transitions start at U(-0.1, 0.1): at the encoder's 2e-5 they would barely move
+FORBIDDEN = -10000.0
+
+
+def iob2_allowed(tags: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(allowed[i, j]: tag i may precede tag j, allowed_start[j]) under IOB2: I-X only after
+    B-X or I-X, never first."""
+    n = len(tags)
+    allowed = torch.ones(n, n, dtype=torch.bool)
+    start = torch.ones(n, dtype=torch.bool)
+    for j, tag in enumerate(tags):
+        if tag.startswith("I-"):
+            start[j] = False
+            for i, previous in enumerate(tags):
+                allowed[i, j] = previous in (f"B-{tag[2:]}", tag)
+    return allowed, start
+
+
+class ConstrainedCRF(CRF):
+    """pytorch-crf's CRF whose forbidden transitions are constants, as AllenNLP's constrained
+    CRF: the free parameters are kept apart and `transitions`/`start_transitions` read masked."""
+
+    def __init__(self, tags: list[str]) -> None:
+        super().__init__(len(tags), batch_first=True)
+        allowed, start = iob2_allowed(tags)
+        self.free_transitions = self._parameters.pop("transitions")
+        self.free_start_transitions = self._parameters.pop("start_transitions")
+        self.register_buffer("forbidden", ~allowed, persistent=False)
+        self.register_buffer("forbidden_start", ~start, persistent=False)
+
+    @property
+    def transitions(self) -> torch.Tensor:  # type: ignore[override]
+        return self.free_transitions.masked_fill(self.forbidden, FORBIDDEN)
+
+    @property
+    def start_transitions(self) -> torch.Tensor:  # type: ignore[override]
+        return self.free_start_transitions.masked_fill(self.forbidden_start, FORBIDDEN)
+
 
 class TaggingModule(EncoderModule):
     def __init__(
-        self, encoder: PreTrainedModel, hparams: HParams, num_tags: int, scorer: Scorer, crf: bool = False
+        self, encoder: PreTrainedModel, hparams: HParams, tags: list[str], scorer: Scorer, crf: bool = False
     ) -> None:
         super().__init__(encoder, hparams)
         self.dropout = nn.Dropout(self.head_dropout)
-        self.classifier = nn.Linear(self.hidden_size, num_tags)
+        self.classifier = nn.Linear(self.hidden_size, len(tags))
         nn.init.normal_(self.classifier.weight, std=0.02)
         nn.init.zeros_(self.classifier.bias)
-        self.crf = CRF(num_tags, batch_first=True) if crf else None
+        self.crf = ConstrainedCRF(tags) if crf else None
         self.scorer = scorer
         self._windows: list[tuple[int, int, list[int]]] = []
+
+    def lr_multipliers(self) -> dict[str, float]:
+        return {"crf.": CRF_LR_MULT} if self.crf is not None else {}
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Emission scores per sub-token, [batch, seq, tags]."""
@@ -57,7 +105,7 @@ class TaggingModule(EncoderModule):
             )
         words, mask = self._word_view(emissions, batch)
         gold = batch["labels"].gather(1, batch["word_starts"].clamp(min=0)).clamp(min=0)
-        return -self.crf(words, gold, mask=mask, reduction="mean")
+        return -self.crf(words, gold, mask=mask, reduction="token_mean")  # per word, like the linear head
 
     def decode(self, batch: dict[str, torch.Tensor]) -> list[list[int]]:
         """Predicted tag index per word of each window (O for a word with no sub-token)."""
