@@ -115,12 +115,32 @@ def _token_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def squad_scores(predictions: list[str], golds: list[list[str]]) -> dict[str, float]:
-    """Exact match and F1 in [0, 1], each the max over an example's gold answers, averaged."""
+def squad_per_question(predictions: list[str], golds: list[list[str]]) -> dict[str, list[float]]:
+    """Exact match and F1 of each question, each the max over its gold answers."""
     em = [
         max(float(normalize_answer(p) == normalize_answer(g)) for g in gs)
         for p, gs in zip(predictions, golds, strict=True)
     ]
     f1 = [max(_token_f1(p, g) for g in gs) for p, gs in zip(predictions, golds, strict=True)]
+    return {"exact_match": em, "f1": f1}
+
+
+def squad_scores(predictions: list[str], golds: list[list[str]]) -> dict[str, float]:
+    """Exact match and F1 in [0, 1], averaged over questions."""
+    per = squad_per_question(predictions, golds)
     n = max(len(predictions), 1)
-    return {"exact_match": sum(em) / n, "f1": sum(f1) / n}
+    return {name: sum(values) / n for name, values in per.items()}
+
+
+def sentence_entity_counts(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, list[int]]:
+    """Per sentence: correct, predicted and gold entities (seqeval's default chunking), from
+    which entity F1 = 2 correct / (predicted + gold) over any subset of sentences."""
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    out: dict[str, list[int]] = {"correct": [], "predicted": [], "gold": []}
+    for g, p in zip(gold, predicted, strict=True):
+        true, pred = set(get_entities(g)), set(get_entities(p))
+        out["correct"].append(len(true & pred))
+        out["predicted"].append(len(pred))
+        out["gold"].append(len(true))
+    return out

@@ -168,6 +168,7 @@ def _finish(task: PreparedTask, record: dict[str, Any], module: Any) -> None:
     module = record.pop("module", module)
     if module is not None:
         record.update(epochs=module.history, loss_curve=module.loss_curve, tokens=dict(module.tokens))
+        record["per_example"] = module.per_example
     record.setdefault("epochs", [])
     final = record["epochs"][-1] if record["epochs"] else {}
     score = final.get(task.spec.metric.main)

@@ -95,9 +95,12 @@ def _gold_windows(data, features) -> list:  # noqa: ANN001
 def test_gold_tags_round_trip_to_f1_one_on_the_whole_dev_set(conll_dev) -> None:  # noqa: ANN001
     data = conll_dev.data
     features = data.features("dev", data.dev_indices())
-    scores = tagging_scorer(data)(_gold_windows(data, features))
+    scores, per_sentence = tagging_scorer(data)(_gold_windows(data, features))
     assert len(data.dev_indices()) == 3250
     assert scores["entity_f1"] == 1.0 and scores["entity_f1_strict"] == 1.0
+    # Every sentence's entities are all found, and the counts add up to the whole dev set's.
+    assert per_sentence["correct"] == per_sentence["gold"] == per_sentence["predicted"]
+    assert len(per_sentence["gold"]) == 3250 and sum(per_sentence["gold"]) == 5942
 
 
 def test_long_sentence_gets_a_tag_for_every_word(conll_dev, tmp_path: Path) -> None:  # noqa: ANN001

@@ -82,6 +82,7 @@ class ClassificationData:
         """Tokenized examples (no padding: batches are padded to their own longest)."""
         key = {
             "kind": "classification",
+            "version": 2,  # features carry their position (`example`) in the requested order
             "tokenizer": tokenizer_fingerprint(self.tokenizer),
             "source": self.sources[split],
             "sha256": file_sha256(self.sources[split]),
@@ -100,4 +101,7 @@ class ClassificationData:
         )
         labels = self.labels[split][indices]
         keys = list(encoded.keys())
-        return [{**{k: encoded[k][i] for k in keys}, "labels": labels[i].item()} for i in range(len(indices))]
+        return [
+            {**{k: encoded[k][i] for k in keys}, "labels": labels[i].item(), "example": i}
+            for i in range(len(indices))
+        ]

@@ -28,6 +28,9 @@ class EncoderModule(L.LightningModule):
         self.loss_curve: list[float] = []
         self.history: list[dict[str, Any]] = []
         self.tokens = {"real": 0, "padded": 0}
+        # The latest evaluation's outcome per dev example (set by `epoch_metrics`): for the
+        # dev-set sampling error of a run and the agreement of runs across seeds.
+        self.per_example: dict[str, list] | None = None
 
     @property
     def hidden_size(self) -> int:

@@ -32,6 +32,7 @@ class ClassificationModule(EncoderModule):
         nn.init.zeros_(self.classifier.bias)
         self._predictions: list[torch.Tensor] = []
         self._labels: list[torch.Tensor] = []
+        self._examples: list[torch.Tensor] = []
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         first_token = self.encode(batch)[:, 0]
@@ -48,11 +49,21 @@ class ClassificationModule(EncoderModule):
         logits = self(batch)
         self._predictions.append(logits if self.regression else logits.argmax(-1))
         self._labels.append(batch["labels"])
+        self._examples.append(batch["example"])
 
     def epoch_metrics(self) -> dict[str, float]:
-        predictions = torch.cat(self._predictions).float().numpy()
-        labels = torch.cat(self._labels).numpy()
-        self._predictions, self._labels = [], []
-        if not self.regression:
+        # Batches come length-sorted: put predictions back in dev order (the `example` index).
+        order = torch.cat(self._examples).argsort()
+        predictions = torch.cat(self._predictions)[order].float().cpu().numpy()
+        labels = torch.cat(self._labels)[order].cpu().numpy()
+        self._predictions, self._labels, self._examples = [], [], []
+        if self.regression:
+            self.per_example = {"prediction": np.round(predictions, 4).tolist(), "label": labels.tolist()}
+        else:
             predictions = predictions.astype(np.int64)
+            self.per_example = {
+                "prediction": predictions.tolist(),
+                "label": labels.tolist(),
+                "correct": (predictions == labels).astype(int).tolist(),
+            }
         return classification_scores(self.metric_names, labels, predictions, self.num_labels)

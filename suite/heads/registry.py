@@ -18,7 +18,13 @@ from suite.heads.base import EncoderModule
 from suite.heads.classification import ClassificationModule
 from suite.heads.span import SpanModule, best_answers, collate_span
 from suite.heads.tagging import TaggingModule
-from suite.metrics import entity_scores, squad_scores, trivial_baseline
+from suite.metrics import (
+    entity_scores,
+    sentence_entity_counts,
+    squad_per_question,
+    squad_scores,
+    trivial_baseline,
+)
 from suite.spec import TaskSpec
 from suite.sweep import HParams
 
@@ -51,14 +57,18 @@ def _classification(spec: TaskSpec, root: Path | None, tokenizer: Any) -> Prepar
     return PreparedTask(spec, data, tokenizer, DataCollatorWithPadding(tokenizer), baseline, build)
 
 
-def tagging_scorer(data: TaggingData) -> Callable[[list[tuple[int, int, list[int]]]], dict[str, float]]:
-    """Window predictions -> word tags per dev sentence -> seqeval entity scores."""
+Scored = tuple[dict[str, float], dict[str, list]]  # (metrics, per-example outcomes)
+
+
+def tagging_scorer(data: TaggingData) -> Callable[[list[tuple[int, int, list[int]]]], Scored]:
+    """Window predictions -> word tags per dev sentence -> seqeval entity scores, and each
+    sentence's entity counts."""
     indices = data.dev_indices()
     gold = data.gold("dev", indices)
 
-    def score(windows: list[tuple[int, int, list[int]]]) -> dict[str, float]:
+    def score(windows: list[tuple[int, int, list[int]]]) -> Scored:
         predicted = [[data.tags[t] for t in tags] for tags in assemble(windows, len(gold))]
-        return entity_scores(gold, predicted)
+        return entity_scores(gold, predicted), sentence_entity_counts(gold, predicted)
 
     return score
 
@@ -74,14 +84,15 @@ def _tagging(spec: TaskSpec, root: Path | None, tokenizer: Any) -> PreparedTask:
     return PreparedTask(spec, data, tokenizer, collate_tagging(tokenizer), baseline, build)
 
 
-def span_scorer(data: QAData) -> Callable[[dict, dict], dict[str, float]]:
-    """Window logits -> best answer per held-out question -> official SQuAD EM/F1."""
+def span_scorer(data: QAData) -> Callable[[dict, dict], Scored]:
+    """Window logits -> best answer per held-out question -> official SQuAD EM/F1, and each
+    question's EM/F1."""
     windows = data.features("dev", data.dev_indices())
     contexts, golds, qa = [e.context for e in data.dev], data.golds(), data.qa
 
-    def score(start: dict, end: dict) -> dict[str, float]:
+    def score(start: dict, end: dict) -> Scored:
         answers = best_answers(windows, contexts, start, end, qa.n_best, qa.max_answer_length)
-        return squad_scores(answers, golds)
+        return squad_scores(answers, golds), squad_per_question(answers, golds)
 
     return score
 

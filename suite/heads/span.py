@@ -19,7 +19,7 @@ from transformers import PreTrainedModel
 from suite.heads.base import EncoderModule
 from suite.sweep import HParams
 
-Scorer = Callable[[dict[int, np.ndarray], dict[int, np.ndarray]], dict[str, float]]
+Scorer = Callable[[dict[int, np.ndarray], dict[int, np.ndarray]], tuple[dict[str, float], dict[str, list]]]
 
 
 class SpanModule(EncoderModule):
@@ -47,12 +47,13 @@ class SpanModule(EncoderModule):
         start, end = self(batch)
         lengths = batch["attention_mask"].sum(-1).tolist()
         for row, window in enumerate(batch["window"].tolist()):
-            self._start[window] = start[row, : lengths[row]].float().numpy()
-            self._end[window] = end[row, : lengths[row]].float().numpy()
+            self._start[window] = start[row, : lengths[row]].float().cpu().numpy()
+            self._end[window] = end[row, : lengths[row]].float().cpu().numpy()
 
     def epoch_metrics(self) -> dict[str, float]:
         start, end, self._start, self._end = self._start, self._end, {}, {}
-        return self.scorer(start, end)
+        metrics, self.per_example = self.scorer(start, end)
+        return metrics
 
 
 def best_answers(

@@ -25,7 +25,7 @@ from suite.data.tagging import IGNORE
 from suite.heads.base import EncoderModule
 from suite.sweep import HParams
 
-Scorer = Callable[[list[tuple[int, int, list[int]]]], dict[str, float]]
+Scorer = Callable[[list[tuple[int, int, list[int]]]], tuple[dict[str, float], dict[str, list]]]
 
 CRF_LR_MULT = 100.0  # transitions start at U(-0.1, 0.1): at the encoder's 2e-5 they would barely move
 FORBIDDEN = -10000.0
@@ -126,4 +126,5 @@ class TaggingModule(EncoderModule):
 
     def epoch_metrics(self) -> dict[str, float]:
         windows, self._windows = self._windows, []
-        return self.scorer(windows)
+        metrics, self.per_example = self.scorer(windows)
+        return metrics

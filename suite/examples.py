@@ -1,0 +1,118 @@
+"""Per-example statistics: how much of a score's movement is the small dev set, not the seed.
+
+Each run keeps its final evaluation's outcome per dev example (`record["per_example"]`):
+prediction, label and correctness for classification, entity counts per sentence for NER,
+EM/F1 per question for QA. From them:
+- the dev-set sampling error of one run: a percentile bootstrap over dev examples of that run's
+  score ("across examples", the stderr lm-evaluation-harness prints), beside the spread across
+  seeds ("across seeds");
+- agreement across seeds: the share of dev examples whose correctness flips between runs, and
+  Fleiss' kappa of correctness with runs as raters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from suite.metrics import classification_scores
+
+RESAMPLES = 1000
+
+
+def _score_fn(per_example: dict[str, list], metric: str, num_labels: int) -> Callable[[np.ndarray], float]:
+    """The run's metric recomputed on a subset (index array) of its dev examples."""
+    if "label" in per_example:  # classification or regression
+        labels, predictions = np.asarray(per_example["label"]), np.asarray(per_example["prediction"])
+        return lambda i: classification_scores([metric], labels[i], predictions[i], num_labels)[metric]
+    if "gold" in per_example:  # NER: micro entity F1 from summed counts
+        counts = {k: np.asarray(v, dtype=float) for k, v in per_example.items()}
+
+        def entity_f1(i: np.ndarray) -> float:
+            denominator = counts["predicted"][i].sum() + counts["gold"][i].sum()
+            return float(2 * counts["correct"][i].sum() / denominator) if denominator else 0.0
+
+        return entity_f1
+    values = np.asarray(per_example[metric], dtype=float)  # QA: a mean over questions
+    return lambda i: float(values[i].mean())
+
+
+def dev_sampling_error(
+    record: dict[str, Any], metric: str, num_labels: int = 2, seed: int = 0
+) -> dict[str, Any] | None:
+    """The standard error and 95% interval of one run's score over resampled dev examples."""
+    per_example = record.get("per_example")
+    if not per_example or record.get("score") is None:
+        return None
+    score = _score_fn(per_example, metric, num_labels)
+    n = len(next(iter(per_example.values())))
+    rng = np.random.default_rng(seed)
+    draws = np.array([score(rng.integers(0, n, n)) for _ in range(RESAMPLES)])
+    return {
+        "se": float(draws.std(ddof=1)),
+        "ci95": [float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))],
+        "examples": n,
+        "unit": "dev examples (one run)",
+    }
+
+
+def correctness(record: dict[str, Any]) -> np.ndarray | None:
+    """0/1 per dev example: a right class, an exact-match answer, a sentence whose entities are
+    all found with none extra."""
+    per = record.get("per_example")
+    if not per:
+        return None
+    if "gold" in per:  # NER counts: a sentence is right when every entity matches
+        c, p, g = (np.asarray(per[k]) for k in ("correct", "predicted", "gold"))
+        return ((c == p) & (c == g)).astype(int)
+    if "correct" in per:
+        return np.asarray(per["correct"], dtype=int)
+    if "exact_match" in per:
+        return np.asarray(per["exact_match"], dtype=int)
+    return None  # regression: no right or wrong
+
+
+def fleiss_kappa(table: np.ndarray) -> float:
+    """Fleiss' kappa of an [examples, categories] table of rater counts (same raters per row).
+
+    Written here because the one library implementation (statsmodels) would be a dependency
+    for ten lines; checked against Fleiss (1971)'s worked example in the tests.
+    """
+    table = np.asarray(table, dtype=float)
+    raters = table.sum(1)[0]
+    p_category = table.sum(0) / table.sum()
+    p_example = ((table**2).sum(1) - raters) / (raters * (raters - 1))
+    expected = float((p_category**2).sum())
+    return 1.0 if expected == 1 else float((p_example.mean() - expected) / (1 - expected))
+
+
+def agreement(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Across the runs of one setting (same dev set): flip share and Fleiss' kappa."""
+    rows = [c for r in records if (c := correctness(r)) is not None]
+    if len(rows) < 2 or len({len(c) for c in rows}) != 1:
+        return None
+    correct = np.vstack(rows)  # [runs, examples]
+    right = correct.sum(0)
+    return {
+        "flip_share": float(((right > 0) & (right < len(rows))).mean()),
+        "fleiss_kappa": fleiss_kappa(np.column_stack([right, len(rows) - right])),
+        "always_right": float((right == len(rows)).mean()),
+        "never_right": float((right == 0).mean()),
+        "runs": len(rows),
+        "examples": correct.shape[1],
+        "unit": "dev examples x runs",
+    }
+
+
+def example_summary(records: Sequence[dict[str, Any]], metric: str, num_labels: int = 2) -> dict[str, Any]:
+    """Per setting: the typical dev-set sampling error of one run next to the spread across
+    seeds, and the agreement of the runs, so a reader sees which of the two dominates."""
+    errors = [e["se"] for r in records if (e := dev_sampling_error(r, metric, num_labels)) is not None]
+    scores = [r["score"] for r in records if r.get("score") is not None]
+    return {
+        "dev_se_median": float(np.median(errors)) if errors else None,
+        "across_seeds_std": float(np.std(scores, ddof=1)) if len(scores) > 1 else None,
+        "agreement": agreement(records),
+    }

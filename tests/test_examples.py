@@ -1,0 +1,69 @@
+"""Per-example statistics: dev-set sampling error of one run, agreement across seeds."""
+
+import numpy as np
+import pytest
+
+from suite.examples import agreement, dev_sampling_error, example_summary, fleiss_kappa
+
+
+def test_fleiss_kappa_matches_the_worked_example() -> None:
+    # Fleiss (1971) / Wikipedia's worked example: 10 subjects, 14 raters, 5 categories -> 0.210.
+    table = np.array(
+        [
+            [0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0], [2, 2, 8, 1, 1],
+            [7, 7, 0, 0, 0], [3, 2, 6, 3, 0], [2, 5, 3, 2, 2], [6, 5, 2, 1, 0], [0, 2, 2, 3, 7],
+        ]
+    )  # fmt: skip
+    assert fleiss_kappa(table) == pytest.approx(0.210, abs=5e-4)
+
+
+def test_dev_sampling_error_of_accuracy_is_the_binomial_one() -> None:
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 2000)
+    correct = rng.random(2000) < 0.7
+    record = {
+        "score": float(correct.mean()),
+        "per_example": {
+            "label": labels.tolist(),
+            "prediction": np.where(correct, labels, 1 - labels).tolist(),
+        },
+    }
+    error = dev_sampling_error(record, "accuracy")
+    p = correct.mean()
+    assert error["se"] == pytest.approx(np.sqrt(p * (1 - p) / 2000), rel=0.1)  # sqrt(p(1-p)/n)
+    assert error["ci95"][0] < p < error["ci95"][1] and error["unit"].startswith("dev examples")
+
+
+def test_ner_sampling_error_resamples_sentences_with_their_counts() -> None:
+    record = {
+        "score": 0.5,
+        "per_example": {"correct": [1, 0] * 50, "predicted": [2, 0] * 50, "gold": [1, 1] * 50},
+    }
+    error = dev_sampling_error(record, "entity_f1")
+    assert 0 < error["se"] < 0.1 and error["ci95"][0] <= 0.5 <= error["ci95"][1]
+    one = {"score": 1.0, "per_example": {"correct": [1] * 20, "predicted": [1] * 20, "gold": [1] * 20}}
+    assert dev_sampling_error(one, "entity_f1")["se"] == 0.0
+
+
+def test_agreement_counts_flips_and_kappa() -> None:
+    same = {"per_example": {"correct": [1, 0, 1, 1]}}
+    assert agreement([same, same, same])["flip_share"] == 0.0
+    assert agreement([same, same, same])["fleiss_kappa"] == pytest.approx(1.0)
+    flipped = {"per_example": {"correct": [0, 0, 1, 1]}}
+    result = agreement([same, flipped])
+    assert result["flip_share"] == 0.25 and result["runs"] == 2 and result["examples"] == 4
+    rng = np.random.default_rng(1)  # independent coin flips agree by chance only: kappa ~ 0
+    coins = [{"per_example": {"correct": rng.integers(0, 2, 3000).tolist()}} for _ in range(5)]
+    assert abs(agreement(coins)["fleiss_kappa"]) < 0.03
+
+
+def test_example_summary_sets_seed_spread_beside_dev_error() -> None:
+    records = [
+        {"score": s, "per_example": {"exact_match": [1] * int(100 * s) + [0] * (100 - int(100 * s)),
+                                     "f1": [1.0] * int(100 * s) + [0.0] * (100 - int(100 * s))}}
+        for s in (0.3, 0.5, 0.7)
+    ]  # fmt: skip
+    summary = example_summary(records, "f1")
+    assert summary["across_seeds_std"] == pytest.approx(0.2)
+    assert 0.03 < summary["dev_se_median"] < 0.07  # sqrt(.25/100) = 0.05 for the middle run
+    assert summary["agreement"]["runs"] == 3
