@@ -115,6 +115,7 @@ def _fit(
 
     torch.manual_seed(plan.seeds.init)  # the head's initial weights
     module = task.build_module(load_encoder(model), plan.hparams)
+    record["head"] = getattr(module, "head_name", task.spec.head)
     torch.manual_seed(plan.seeds.order)  # dropout masks
     datamodule = FeatureDataModule(
         train,

@@ -24,3 +24,52 @@ def test_classification_head_trains_on_each_family(arch: str, tiny_models, tiny_
     assert len(record["loss_curve"]) == 2 and all(math.isfinite(v) for v in record["loss_curve"])
     assert 0.0 <= record["score"] <= 1.0
     assert record["tokens"]["real"] <= record["tokens"]["padded"]
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta", "electra", "distilbert"])
+def test_auto_head_is_the_familys_reference_head(arch: str, tiny_models) -> None:  # noqa: ANN001
+    """`classifier: auto` computes exactly what AutoModelForSequenceClassification computes from
+    the same checkpoint and head weights (BERT: through the pretrained pooler)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from suite.heads.classification import ClassificationModule
+    from suite.models import load_encoder
+    from suite.sweep import HParams
+
+    folder = str(tiny_models[arch])
+    module = ClassificationModule(
+        load_encoder(folder), HParams(lr=1e-3, batch_size=8, epochs=1), 3, ["accuracy"]
+    )
+    reference = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=3)
+    head = {
+        k: v
+        for k, v in module.reference.state_dict().items()
+        if not k.startswith(reference.base_model_prefix)
+    }
+    reference.load_state_dict(head, strict=False)
+    batch = {
+        "input_ids": torch.tensor([[101, 2023, 2003, 102, 0]]),
+        "attention_mask": torch.tensor([[1, 1, 1, 1, 0]]),
+    }
+    module.eval(), reference.eval()
+    with torch.no_grad():
+        assert torch.allclose(module(batch), reference(**batch).logits, atol=1e-5)
+    assert module.head_name == f"auto: {type(reference).__name__}"
+
+
+def test_pooler_head_needs_a_pretrained_pooler(tiny_models) -> None:  # noqa: ANN001
+    from suite.errors import SpecError
+    from suite.heads.classification import ClassificationModule
+    from suite.models import load_encoder
+    from suite.sweep import HParams
+
+    hp = HParams(lr=1e-3, batch_size=8, epochs=1)
+    bert = ClassificationModule(
+        load_encoder(str(tiny_models["bert"])), hp, 2, ["accuracy"], classifier="pooler"
+    )
+    assert bert.head_name == "pooler"
+    with pytest.raises(SpecError, match="classifier.*pooler"):
+        ClassificationModule(
+            load_encoder(str(tiny_models["electra"])), hp, 2, ["accuracy"], classifier="pooler"
+        )

@@ -1,15 +1,44 @@
-"""[CLS] head: a linear layer on the first token's state, for classes or a regression score."""
+"""Sequence head for classes or a regression score, over the first token ([CLS] / <s>).
+
+`classifier` (task YAML) chooses the head, recorded with every trial:
+- `auto` (default): the family's reference fine-tuning head, the one
+  `AutoModelForSequenceClassification` builds (BERT and ALBERT: pretrained pooler, dense + tanh,
+  then dropout + linear; RoBERTa and ELECTRA: dropout, dense, activation, dropout, linear;
+  DistilBERT: dense + ReLU; DeBERTa: context pooler; ModernBERT: its prediction head). Every
+  number in the `reported:` blocks was made with these heads;
+- `pooler`: the checkpoint's pretrained pooler (dense + tanh), then dropout + linear, as BERT
+  and the variance papers; refused for a checkpoint without a pretrained pooler;
+- `cls`: dropout + linear on the raw last-layer [CLS] state (a different model: kept for
+  comparison).
+"""
 
 from __future__ import annotations
+
+import copy
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import AutoModelForSequenceClassification, PreTrainedModel
 
+from suite.errors import SpecError
 from suite.heads.base import EncoderModule
 from suite.metrics import classification_scores
+from suite.models import encoder_inputs
 from suite.sweep import HParams
+
+Classifier = Literal["auto", "pooler", "cls"]
+
+
+def reference_model(encoder: PreTrainedModel, num_outputs: int) -> PreTrainedModel:
+    """The family's AutoModelForSequenceClassification around this (pretrained) encoder. Its
+    new head is initialised by the family's own initializer from torch's RNG (the init seed)."""
+    config = copy.deepcopy(encoder.config)
+    config.num_labels = num_outputs
+    model = AutoModelForSequenceClassification.from_config(config)
+    setattr(model, model.base_model_prefix, encoder)  # the pretrained encoder (and pooler)
+    return model
 
 
 class ClassificationModule(EncoderModule):
@@ -20,23 +49,41 @@ class ClassificationModule(EncoderModule):
         num_labels: int,
         metric_names: list[str],
         regression: bool = False,
+        classifier: Classifier = "auto",
     ) -> None:
         super().__init__(encoder, hparams)
         self.regression = regression
         self.num_labels = num_labels
         self.metric_names = metric_names
-        self.dropout = nn.Dropout(self.head_dropout)
-        self.classifier = nn.Linear(self.hidden_size, 1 if regression else num_labels)
-        # BERT's initializer (normal, std 0.02); drawn from the RNG seeded with init_seed.
-        nn.init.normal_(self.classifier.weight, std=0.02)
-        nn.init.zeros_(self.classifier.bias)
+        self.classifier_kind = classifier
+        outputs = 1 if regression else num_labels
+        if classifier == "auto":
+            self.reference = reference_model(encoder, outputs)
+            self.head_name = f"auto: {type(self.reference).__name__}"
+        else:
+            if classifier == "pooler" and getattr(encoder, "pooler", None) is None:
+                raise SpecError(
+                    f"field 'classifier': pooler needs a checkpoint with a pretrained pooler; "
+                    f"{type(encoder).__name__} has none (use auto or cls)"
+                )
+            self.dropout = nn.Dropout(self.head_dropout)
+            self.classifier = nn.Linear(self.hidden_size, outputs)
+            # BERT's initializer (normal, std 0.02); drawn from the RNG seeded with init_seed.
+            nn.init.normal_(self.classifier.weight, std=0.02)
+            nn.init.zeros_(self.classifier.bias)
+            self.head_name = classifier
         self._predictions: list[torch.Tensor] = []
         self._labels: list[torch.Tensor] = []
         self._examples: list[torch.Tensor] = []
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        first_token = self.encode(batch)[:, 0]
-        logits = self.classifier(self.dropout(first_token))
+        if self.classifier_kind == "auto":
+            logits = self.reference(**encoder_inputs(self.encoder, batch)).logits
+        elif self.classifier_kind == "pooler":
+            outputs = self.encoder(**encoder_inputs(self.encoder, batch))
+            logits = self.classifier(self.dropout(outputs.pooler_output))
+        else:
+            logits = self.classifier(self.dropout(self.encode(batch)[:, 0]))
         return logits.squeeze(-1) if self.regression else logits
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

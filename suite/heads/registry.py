@@ -52,7 +52,10 @@ def _classification(spec: TaskSpec, root: Path | None, tokenizer: Any) -> Prepar
     baseline = trivial_baseline(names, dev, spec.regression, data.num_labels)
 
     def build(task: PreparedTask, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
-        return ClassificationModule(encoder, hparams, data.num_labels, names, regression=spec.regression)
+        classifier = getattr(spec, "classifier", "auto")
+        return ClassificationModule(
+            encoder, hparams, data.num_labels, names, regression=spec.regression, classifier=classifier
+        )
 
     return PreparedTask(spec, data, tokenizer, DataCollatorWithPadding(tokenizer), baseline, build)
 
