@@ -1,19 +1,26 @@
 """Statistics of a study's scores (numpy/scipy only; no plotting). Definitions in DESIGN.md s4.
 
 Every interval here is *across seeds/runs*: it says how much a re-run of the study would move,
-not the per-example sampling error of one run's dev score.
+not the per-example sampling error of one run's dev score. The design-aware machinery (which
+units a bootstrap resamples, intervals, variance components) is in suite/uncertainty.py.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from scipy import stats
+from scipy.special import gammaln
 
 from suite.records import counts, outcome, runs
+from suite.uncertainty import by_setting, intervals, layout, predictive_draws, variance_components
+
+WITHOUT_REPLACEMENT = "unbiased, without replacement (Tang et al. 2020)"
+WITH_REPLACEMENT = "with replacement (Dodge et al. 2019)"
 
 
 def _finite(scores: Sequence[float | None]) -> np.ndarray:
@@ -44,7 +51,8 @@ def bootstrap_ci(
     seed: int = 0,
     resamples: int = 5000,
 ) -> tuple[float, float] | None:
-    """Seeded percentile-bootstrap CI over runs (across seeds) of the median or mean."""
+    """Seeded percentile-bootstrap CI of the median or mean over exchangeable runs (one subsample,
+    independent seeds). For crossed grids use suite.uncertainty.intervals, which resamples seeds."""
     x = _finite(scores)
     if x.size < 2:
         return None
@@ -62,61 +70,73 @@ def bootstrap_ci(
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
-def expected_max(scores: Sequence[float | None]) -> list[dict[str, float]]:
-    """Expected maximum validation performance of n = 1..N runs (Dodge et al. 2019), drawn
-    with replacement from the N observed scores, with its standard deviation (the band).
+def _tang_weights(big_n: int, n: int) -> np.ndarray:
+    """P(the max of n runs drawn without replacement from N is the i-th smallest) = C(i-1, n-1) / C(N, n)."""
+    i = np.arange(1, big_n + 1)
+    w = np.zeros(big_n)
+    ok = i >= n
+    log_c = gammaln(big_n + 1) - gammaln(n + 1) - gammaln(big_n - n + 1)
+    w[ok] = np.exp(gammaln(i[ok]) - gammaln(n) - gammaln(i[ok] - n + 1) - log_c)
+    return w
 
-    E[max_n] = sum_i v(i) * ((i/N)^n - ((i-1)/N)^n), v sorted ascending.
+
+def _dodge_weights(big_n: int, n: int) -> np.ndarray:
+    """P(the max of n runs drawn with replacement from N is the i-th smallest) = (i/N)^n - ((i-1)/N)^n."""
+    i = np.arange(1, big_n + 1)
+    return (i / big_n) ** n - ((i - 1) / big_n) ** n
+
+
+def expected_max(
+    scores: Sequence[float | None], n_max: int | None = None, method: str = "auto"
+) -> list[dict[str, Any]]:
+    """Expected maximum validation performance of n = 1..n_max runs (default N, the runs we
+    have), with its std (the band) and the estimator used, per point {n, mean, std, estimator}.
+
+    method "without_replacement" (Tang et al. 2020, arXiv 2004.13705): sum_i v(i) C(i-1, n-1) /
+    C(N, n), the exact mean over all n-subsets of our runs: unbiased for the expected max of n
+    fresh runs, defined for n <= N only. "with_replacement" (Dodge et al. 2019, arXiv
+    1909.03004): sum_i v(i) ((i/N)^n - ((i-1)/N)^n); it redraws the same runs, so it is biased
+    low, but it extends beyond N. "auto": the unbiased one up to N, Dodge's beyond (labelled).
+    v sorted ascending; at n = 1 both are the mean, and neither exceeds our max.
     """
     v = np.sort(_finite(scores))
     big_n = v.size
-    out = []
-    ranks = np.arange(1, big_n + 1)
-    for n in range(1, big_n + 1):
-        weights = (ranks / big_n) ** n - ((ranks - 1) / big_n) ** n
+    out: list[dict[str, Any]] = []
+    for n in range(1, (big_n if n_max is None else n_max) + 1):
+        unbiased = method == "without_replacement" or (method == "auto" and n <= big_n)
+        if big_n == 0 or (unbiased and n > big_n):
+            break
+        weights = _tang_weights(big_n, n) if unbiased else _dodge_weights(big_n, n)
         mean = float(weights @ v)
         var = max(float(weights @ v**2) - mean**2, 0.0)
-        out.append({"n": n, "mean": mean, "std": var**0.5})
+        out.append(
+            {
+                "n": n,
+                "mean": mean,
+                "std": var**0.5,
+                "estimator": WITHOUT_REPLACEMENT if unbiased else WITH_REPLACEMENT,
+            }
+        )
     return out
 
 
-def variance_shares(records: Sequence[dict[str, Any]]) -> dict[str, float] | None:
-    """Share of score variance from init seed, order seed and residual on a crossed grid:
-    a two-way random-effects ANOVA without replication, per subsample seed, averaged.
-
-    Returns None unless every (init, order) cell of the grid holds exactly one score.
-    """
-    by_subsample: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for r in records:
-        if r.get("score") is not None and np.isfinite(r["score"]):
-            by_subsample[r["seeds"]["subsample"]].append(r)
-    components = [c for rs in by_subsample.values() if (c := _two_way(rs)) is not None]
-    if not components:
+def variance_shares(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any] | None:
+    """Shares of score variance on ONE setting's crossed init x order grid, as the report's bar
+    chart reads them: {"init", "order", "residual" (= interaction+residual), "subsample" (when
+    identifiable), "total_variance"} from the components truncated at 0, plus "components": the
+    full `suite.uncertainty.variance_components` result (raw estimates, intervals, what was
+    truncated). None unless one setting on a complete crossed grid: never pool settings."""
+    if len(by_setting(records)) != 1:
         return None
-    init, order, resid = (float(np.mean([c[k] for c in components])) for k in range(3))
-    total = init + order + resid
-    if total == 0:
-        return {"init": 0.0, "order": 0.0, "residual": 0.0, "total_variance": 0.0}
-    return {"init": init / total, "order": order / total, "residual": resid / total, "total_variance": total}
-
-
-def _two_way(records: Sequence[dict[str, Any]]) -> tuple[float, float, float] | None:
-    inits = sorted({r["seeds"]["init"] for r in records})
-    orders = sorted({r["seeds"]["order"] for r in records})
-    if len(inits) < 2 or len(orders) < 2 or len(records) != len(inits) * len(orders):
+    full = variance_components(records, seed=seed)
+    parts = full["components"]
+    if full["design"] != "crossed" or not parts["init"]["identifiable"]:
         return None
-    grid = np.full((len(inits), len(orders)), np.nan)
-    for r in records:
-        grid[inits.index(r["seeds"]["init"]), orders.index(r["seeds"]["order"])] = r["score"]
-    if np.isnan(grid).any():
-        return None
-    i, j = grid.shape
-    grand = grid.mean()
-    ms_a = j * ((grid.mean(1) - grand) ** 2).sum() / (i - 1)
-    ms_b = i * ((grid.mean(0) - grand) ** 2).sum() / (j - 1)
-    resid = grid - grid.mean(1, keepdims=True) - grid.mean(0, keepdims=True) + grand
-    ms_e = (resid**2).sum() / ((i - 1) * (j - 1))
-    return max((ms_a - ms_e) / j, 0.0), max((ms_b - ms_e) / i, 0.0), ms_e
+    names = {"init": "init", "order": "order", "residual": "interaction+residual", "subsample": "subsample"}
+    trunc = {k: max(parts[v]["estimate"], 0.0) for k, v in names.items() if parts[v]["identifiable"]}
+    total = sum(trunc.values())
+    shares = {k: (v / total if total > 0 else 0.0) for k, v in trunc.items()}
+    return {**shares, "total_variance": total, "components": full}
 
 
 def failure_breakdown(records: Sequence[dict[str, Any]]) -> dict[str, int]:
@@ -128,14 +148,22 @@ def failure_breakdown(records: Sequence[dict[str, Any]]) -> dict[str, int]:
     return dict(kinds)
 
 
-def summarize(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
-    """Spread, CIs and expected max over the runs, failed runs included (as scored; a diverged
-    run has no score) and excluded. Errored and pruned trials are not runs: counted apart here,
-    and nowhere else."""
+def summarize(records: Sequence[dict[str, Any]], seed: int = 0, resamples: int = 2000) -> dict[str, Any]:
+    """Spread, intervals and expected max over the runs, failed runs included (as scored; a
+    diverged run has no score) and excluded. Errored and pruned trials are not runs: counted
+    apart here, and nowhere else. Intervals resample the units of the seed design, per setting.
+
+    Shape: {runs, failed, failure_rate, failure_kinds, pruned, errored,
+      "all" | "excluding_failed": {n, median, iqr, mean, std, min, max, ci95_median, ci95_mean,
+          expected_max: {"1"|"5"|"10"|"20" (<= n): value}, expected_max_estimator},
+      "excluding_failed"["intervals"]: {median, mean, std, iqr},
+      "intervals": {median, mean, std, iqr, failure_rate}, each {estimate, ci95, unit, method},
+      "seeds_needed": `seeds_needed` (None over several settings or < 2 scored runs),
+      "variance_components": uncertainty.variance_components (None over several settings)}
+    """
     tally = counts(records)
     records = runs(records)
-    scores = [r.get("score") for r in records]
-    ok = [r.get("score") for r in records if outcome(r) == "succeeded"]
+    one_setting = len(by_setting(records)) == 1
     out: dict[str, Any] = {
         "runs": len(records),
         "failed": tally["failed"],
@@ -144,44 +172,144 @@ def summarize(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any
         "errored": tally["errored"],
     }
     out["failure_rate"] = out["failed"] / len(records) if records else 0.0
-    for name, values in (("all", scores), ("excluding_failed", ok)):
+    for name, exclude in (("all", False), ("excluding_failed", True)):
+        values = [r.get("score") for r in records if not (exclude and outcome(r) == "failed")]
         block: dict[str, Any] = dict(spread(values))
-        for stat in ("median", "mean"):
-            ci = bootstrap_ci(values, stat, seed=seed)
-            block[f"ci95_{stat}"] = list(ci) if ci else None
+        found = intervals(records, resamples, seed, exclude_failed=exclude)
+        block["ci95_median"], block["ci95_mean"] = found["median"]["ci95"], found["mean"]["ci95"]
         curve = expected_max(values)
         block["expected_max"] = {str(p["n"]): p["mean"] for p in curve if p["n"] in (1, 5, 10, 20)}
+        block["expected_max_estimator"] = WITHOUT_REPLACEMENT
+        if exclude:
+            block["intervals"] = found
+        else:
+            out["intervals"] = found
         out[name] = block
+    out["seeds_needed"] = seeds_needed(records, median=out["intervals"]["median"]) if one_setting else None
+    out["variance_components"] = (
+        variance_components(records, resamples, seed) if one_setting and records else None
+    )
     return out
+
+
+def seeds_needed(
+    records: Sequence[dict[str, Any]],
+    resamples: int = 2000,
+    seed: int = 0,
+    median: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """Runs needed to pin ONE setting's median within +-0.5 and +-1 point (x100 scale), i.e. a 95%
+    half-width below 0.005 / 0.01, extrapolated from the current bootstrap half-width h (before
+    the few-seed widening of `intervals`, which fades as seeds are added).
+
+    Independent runs: h ~ 1/sqrt(runs). Crossed grids: h ~ 1/sqrt(seeds per axis) on a square
+    grid, which is conservative: the init and order effects average out only over their own
+    seeds, so runs = seeds^2 buy less than independent runs would. Subsample seeds stay as they
+    are (their effect does not shrink with more init or order seeds). None for several settings
+    or fewer than 2 scored runs. `median`: an interval already computed by `intervals`."""
+    if len(by_setting(records)) > 1:
+        return None
+    median = median or intervals(records, resamples, seed)["median"]
+    if median["ci95"] is None:
+        return None
+    lay = layout(records)
+    n = int(np.isfinite(lay.grid).sum())
+    half = (median["ci95"][1] - median["ci95"][0]) / 2 / median.get("widening", 1.0)
+    n_s = lay.grid.shape[0]
+    side = float(np.sqrt(lay.a_count * lay.c_count).mean())
+    targets = {}
+    for label, target in (("0.5", 0.005), ("1", 0.01)):
+        factor = (half / target) ** 2
+        if lay.design == "crossed":
+            per_axis = max(math.ceil(side * factor), 2)
+            need = {"runs_needed": per_axis**2 * n_s, "seeds_per_axis_needed": per_axis}
+        else:
+            need = {"runs_needed": max(math.ceil(n * factor), 2)}
+        targets[label] = {"half_width": target, **need, "have": bool(half <= target)}
+    scaling = "1/sqrt(seeds per axis), square grid" if lay.design == "crossed" else "1/sqrt(runs)"
+    return {
+        "median_ci95_half_width": half,
+        "unit": median["unit"],
+        "runs": n,
+        "scaling": scaling,
+        "targets": targets,
+    }
 
 
 def gap_to_reported(
-    scores: Sequence[float | None], reported: float, statistic: str, seed: int = 0
+    records_or_scores: Sequence[dict[str, Any]] | Sequence[float | None],
+    reported: float,
+    statistic: str,
+    n_runs: int | None = None,
+    seed: int = 0,
+    resamples: int = 4000,
 ) -> dict[str, Any]:
-    """Where a reported value (0-100 scale) falls in our runs (natural scale, x100 here)."""
-    x = 100.0 * _finite(scores)
+    """A reported number (0-100 scale) against ours (natural scale, x100 here), like for like
+    (DESIGN.md s4), never against the CI of our N-run median (it shrinks with N):
+    - median or mean of k runs: against that statistic of k runs drawn from ours
+      (`uncertainty.predictive_draws`: design-aware, our own uncertainty included);
+    - max of k runs: against our expected max at k (`expected_max`, estimator named), with an
+      exact rank test: under exchangeability P(max of k new runs < our j+1-th smallest) =
+      C(j + k, k) / C(N + k, k) (a bootstrap cannot reach above our largest run);
+    - a single run (or a test-server score): the same rank test at k = 1.
+    Pass the runs (records) of one setting for the design-aware draw; plain scores are taken as
+    independent runs. k unknown (n_runs None) -> no same-n comparison, and the note says so.
+
+    Shape: {statistic, k, n, reported, our_value, gap (ours - reported), percentile (of the
+    reported value in the reference), p_two_sided (2 min(P(<=), P(>=)), capped at 1), reference
+    (what it was compared with), estimator (max only), p_single_run_below {"1", "3"} (share of
+    our runs more than 1 or 3 points below it), note (when no comparison was made)}.
+    """
+    records = [r if isinstance(r, dict) else {"score": r} for r in records_or_scores]
+    x = 100.0 * _finite([r.get("score") for r in records])
+    k = 1 if statistic in ("single", "test_server") else n_runs
+    out: dict[str, Any] = {"statistic": statistic, "k": k, "n": int(x.size), "reported": reported}
     if x.size == 0:
-        return {"n": 0}
-    out: dict[str, Any] = {
-        "percentile": float(stats.percentileofscore(x, reported, kind="mean")),
-        "p_single_run_below": {str(d): float(np.mean(x < reported - d)) for d in (1, 3)},
-        "our_value": float(np.median(x) if statistic != "mean" else np.mean(x)),
-    }
+        return {**out, "note": "no scored runs"}
+    out["p_single_run_below"] = {str(d): float(np.mean(x < reported - d)) for d in (1, 3)}
+    out["percentile"] = out["p_two_sided"] = out["reference"] = None
     if statistic in ("median", "mean"):
-        ci = bootstrap_ci(x, statistic, seed=seed)
-        out["ci95"] = list(ci) if ci else None
-        out["inside_ci"] = bool(ci and ci[0] <= reported <= ci[1])
-    else:  # a single run, a max or a server score has no CI of its own kind here
-        out["ci95"], out["inside_ci"] = None, None
-    out["gap"] = out["our_value"] - reported
+        out["our_value"] = float(np.median(x) if statistic == "median" else np.mean(x))
+    elif statistic in ("single", "test_server"):
+        out["our_value"] = float(np.median(x))  # a typical single run of ours
+    elif statistic == "max" and k is not None:
+        point = expected_max(x / 100.0, n_max=k)[-1]
+        out["our_value"], out["estimator"] = 100.0 * point["mean"], point["estimator"]
+    elif statistic != "max":
+        return {**out, "note": f"statistic {statistic!r} has no like-for-like comparison"}
+    if k is None:
+        out["note"] = f"the number of runs behind the reported {statistic} is unknown: no same-n comparison"
+    elif statistic in ("median", "mean"):
+        draws = 100.0 * predictive_draws(records, k, statistic, resamples, seed)
+        draws = draws[np.isfinite(draws)]
+        out["percentile"] = float(100 * (np.mean(draws < reported) + 0.5 * np.mean(draws == reported)))
+        le, ge = (draws <= reported).sum(), (draws >= reported).sum()
+        out["p_two_sided"] = float(min(1.0, 2 * min(le + 1, ge + 1) / (draws.size + 1)))
+        out["reference"] = f"{statistic} of {k} runs drawn from ours (design bootstrap, predictive)"
+    else:
+        total = math.comb(x.size + k, k)
+        p_le = math.comb(int((x <= reported).sum()) + k, k) / total
+        p_ge = 1 - math.comb(int((x < reported).sum()) + k - 1, k) / total
+        out["percentile"] = float(100 * (p_le + 1 - p_ge) / 2)
+        out["p_two_sided"] = float(min(1.0, 2 * min(p_le, p_ge)))
+        what = "one run" if k == 1 else f"the max of {k} runs"
+        out["reference"] = f"{what} exchangeable with ours (exact rank test; ignores the seed design)"
+    if "our_value" in out:
+        out["gap"] = out["our_value"] - reported
     return out
 
 
-def hyperparameter_importance(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, float]:
-    """fANOVA importance (Optuna's evaluator) of the hyperparameters that vary across runs.
+def hyperparameter_importance(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+    """How much of the score variance the hyperparameters explain, and which ones.
 
-    Built from the records on an in-memory study, so it works for any storage. Seeds are not
-    parameters: their share of the variance is what is left unexplained.
+    Shape: {"explained_fraction": f (omega^2 of a one-way ANOVA over settings: the between-setting
+    share of variance, corrected for the chance spread of setting means; None when every setting
+    ran once, since settings and seeds are then confounded), "omega2": the raw omega^2,
+    "truncated_at_0": bool (a negative omega^2 is reported as 0), "r2": between-setting R^2
+    (biased up: ~(g-1)/(N-1) by chance alone), "p_settings_differ": one-way ANOVA F test,
+    "importances": fANOVA (Optuna) importances scaled to sum to f (to 1 when f is None),
+    "unexplained (seeds, noise)": 1 - f, "settings", "runs"}; {} when no parameter varies.
+    Seeds are not parameters: what the settings leave unexplained is theirs and noise's.
     """
     import optuna
     from optuna.distributions import CategoricalDistribution
@@ -193,6 +321,10 @@ def hyperparameter_importance(records: Sequence[dict[str, Any]], seed: int = 0) 
     varying = [k for k in keys if len(values[k]) > 1]
     if not varying or len(scored) < 4 or np.ptp([r["score"] for r in scored]) == 0:
         return {}
+    groups: dict[str, list[float]] = defaultdict(list)
+    for r in scored:
+        groups[repr([_param(r, k) for k in varying])].append(r["score"])
+    explained = explained_by_settings(list(groups.values()))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize")
     for r in scored:
@@ -204,10 +336,40 @@ def hyperparameter_importance(records: Sequence[dict[str, Any]], seed: int = 0) 
             )
         )
     try:
-        importances = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=seed))
+        raw = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=seed))
     except RuntimeError:  # fANOVA finds no variance its trees can split on
-        return {}
-    return {k: float(v) for k, v in importances.items()}
+        raw = {}
+    f = explained["explained_fraction"]
+    scale = 1.0 if f is None else f
+    return {
+        **explained,
+        "importances": {k: scale * float(v) for k, v in raw.items()},
+        "unexplained (seeds, noise)": None if f is None else 1.0 - f,
+        "settings": len(groups),
+        "runs": len(scored),
+    }
+
+
+def explained_by_settings(groups: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Between-setting share of score variance: omega^2 = (SS_b - (g-1) MS_w) / (SS_t + MS_w),
+    which, unlike R^2, is ~0 when settings do not matter however many of them ran."""
+    y = np.concatenate([np.asarray(v, dtype=float) for v in groups])
+    big_n, g = y.size, len(groups)
+    ss_t = float(((y - y.mean()) ** 2).sum())
+    ss_b = float(sum(len(v) * (np.mean(v) - y.mean()) ** 2 for v in groups))
+    out = {"r2": ss_b / ss_t if ss_t > 0 else 0.0, "p_settings_differ": None}
+    if big_n == g or ss_t == 0:  # one run per setting (confounded with seeds), or no variance at all
+        return {"explained_fraction": None, "omega2": None, "truncated_at_0": False, **out}
+    ms_w = (ss_t - ss_b) / (big_n - g)
+    omega = (ss_b - (g - 1) * ms_w) / (ss_t + ms_w)
+    p = float(stats.f_oneway(*groups).pvalue) if ms_w > 0 else None
+    return {
+        "explained_fraction": max(omega, 0.0),
+        "omega2": omega,
+        "truncated_at_0": omega < 0,
+        **out,
+        "p_settings_differ": p,
+    }
 
 
 def _param(record: dict[str, Any], key: str) -> Any:

@@ -6,6 +6,7 @@ import pytest
 from suite.statistics import (
     bootstrap_ci,
     expected_max,
+    explained_by_settings,
     gap_to_reported,
     hyperparameter_importance,
     spread,
@@ -17,7 +18,7 @@ from suite.statistics import (
 def test_expected_max_matches_monte_carlo() -> None:
     rng = np.random.default_rng(0)
     scores = rng.normal(70, 5, size=25)
-    curve = expected_max(scores)
+    curve = expected_max(scores, method="with_replacement")
     for n in (1, 3, 10, 25):
         draws = rng.choice(scores, size=(100_000, n), replace=True).max(axis=1)
         assert curve[n - 1]["mean"] == pytest.approx(draws.mean(), abs=0.05)
@@ -26,10 +27,18 @@ def test_expected_max_matches_monte_carlo() -> None:
 
 def test_expected_max_at_one_is_the_mean_and_never_above_the_max() -> None:
     scores = [0.5, 0.9, 0.7, 0.7, 0.1]
-    curve = expected_max(scores)
-    assert curve[0]["mean"] == pytest.approx(np.mean(scores))
-    assert all(p["mean"] <= max(scores) + 1e-12 for p in curve)
-    assert all(a["mean"] <= b["mean"] + 1e-12 for a, b in zip(curve, curve[1:], strict=False))
+    for method in ("with_replacement", "without_replacement", "auto"):
+        curve = expected_max(scores, n_max=5, method=method)
+        assert curve[0]["mean"] == pytest.approx(np.mean(scores))
+        assert all(p["mean"] <= max(scores) + 1e-12 for p in curve)
+        assert all(a["mean"] <= b["mean"] + 1e-12 for a, b in zip(curve, curve[1:], strict=False))
+    # unbiased: the max of all N runs is our max; Dodge's redraws runs and stays below it
+    assert expected_max(scores)[-1]["mean"] == pytest.approx(0.9)
+    assert expected_max(scores, method="with_replacement")[-1]["mean"] < 0.9
+    assert (
+        len(expected_max(scores, n_max=8)) == 8
+        and len(expected_max(scores, n_max=8, method="without_replacement")) == 5
+    )
 
 
 @pytest.mark.parametrize("statistic, truth", [("mean", 0.0), ("median", 0.0)])
@@ -81,6 +90,16 @@ def test_variance_shares_need_a_complete_crossed_grid() -> None:
     assert variance_shares(independent) is None
 
 
+def test_variance_shares_keep_the_flat_keys_and_carry_the_components() -> None:
+    records, _ = _grid(1.0, 1.0, 1.0, n=6)
+    shares = variance_shares(records)
+    assert shares["components"]["components"]["init"]["estimate"] == pytest.approx(
+        shares["init"] * shares["total_variance"]
+    )
+    other = [{**r, "hparams": {"lr": 1}} for r in records] + [{**r, "hparams": {"lr": 2}} for r in records]
+    assert variance_shares(other) is None  # never pooled over settings
+
+
 def test_failures_are_counted_and_reported_both_ways() -> None:
     records = [
         {"score": 0.80, "outcome": "succeeded"},
@@ -114,13 +133,23 @@ def test_spread_by_hand() -> None:
 
 def test_gap_to_reported() -> None:
     scores = [0.60, 0.65, 0.70, 0.75, 0.80]
-    gap = gap_to_reported(scores, 72.0, "median")
-    assert gap["percentile"] == pytest.approx(60.0)
-    assert gap["p_single_run_below"] == {"1": 0.6, "3": 0.4}
-    assert gap["our_value"] == pytest.approx(70.0) and gap["gap"] == pytest.approx(-2.0)
-    assert gap["inside_ci"] is True
-    assert gap_to_reported(scores, 95.0, "median")["inside_ci"] is False
-    assert gap_to_reported(scores, 72.0, "single")["inside_ci"] is None
+    single = gap_to_reported(scores, 72.0, "single")
+    assert single["k"] == 1 and single["p_single_run_below"] == {"1": 0.6, "3": 0.4}
+    # rank test: 3 of 5 at or below 72 -> P(<=) = 4/6, 2 of 5 at or above -> P(>=) = 3/6
+    assert (
+        single["percentile"] == pytest.approx(100 * (4 / 6 + 1 - 3 / 6) / 2) and single["p_two_sided"] == 1.0
+    )
+    assert single["our_value"] == pytest.approx(70.0) and single["gap"] == pytest.approx(-2.0)
+    median = gap_to_reported(scores, 72.0, "median", n_runs=5)
+    assert median["k"] == 5 and 0.2 < median["p_two_sided"] <= 1 and 30 < median["percentile"] < 90
+    assert "median of 5 runs" in median["reference"]
+    assert gap_to_reported(scores, 95.0, "median", n_runs=5)["p_two_sided"] < 0.05
+    assert gap_to_reported(scores, 72.0, "median")["k"] is None
+    best = gap_to_reported(scores, 80.0, "max", n_runs=3)
+    assert best["our_value"] == pytest.approx(100 * expected_max(scores)[2]["mean"])
+    assert best["estimator"].startswith("unbiased")
+    assert gap_to_reported(scores, 80.0, "max", n_runs=9)["estimator"].startswith("with replacement")
+    assert "note" in gap_to_reported(scores, 80.0, "range")
 
 
 def test_importance_finds_the_parameter_that_matters() -> None:
@@ -134,4 +163,30 @@ def test_importance_finds_the_parameter_that_matters() -> None:
                     {"score": score, "size": 100, "hparams": {"lr": lr, "batch_size": bs, "epochs": 3}}
                 )
     importance = hyperparameter_importance(records)
-    assert set(importance) == {"lr", "batch_size"} and importance["lr"] > 0.9
+    # between-setting variance 0.0267 (population), within 1e-4: explained ~ 0.996
+    f = importance["explained_fraction"]
+    assert f == pytest.approx(0.0267 / (0.0267 + 1e-4), abs=0.005)
+    assert (
+        set(importance["importances"]) == {"lr", "batch_size"} and importance["importances"]["lr"] > 0.9 * f
+    )
+    assert sum(importance["importances"].values()) == pytest.approx(f)
+    assert importance["unexplained (seeds, noise)"] == pytest.approx(1 - f)
+
+
+def test_importance_leaves_seed_noise_unexplained() -> None:
+    """Settings that do not matter: R^2 over 12 settings of 3 runs is ~11/35 by chance alone;
+    the explained fraction (omega^2) is ~0, and the rest is seeds and noise."""
+    rng = np.random.default_rng(1)
+    found = [explained_by_settings(list(rng.normal(0.7, 0.02, (12, 3)))) for _ in range(400)]
+    assert np.mean([f["omega2"] for f in found]) == pytest.approx(0.0, abs=0.02)
+    assert all(f["explained_fraction"] == max(f["omega2"], 0) for f in found)
+    assert np.mean([f["r2"] for f in found]) == pytest.approx(11 / 35, abs=0.02)
+    records = [
+        {"score": 0.7 + rng.normal(0, 0.02), "size": 100, "hparams": {"lr": lr, "batch_size": bs}}
+        for lr in (1e-5, 2e-5, 3e-5, 5e-5)
+        for bs in (8, 16, 32)
+        for _ in range(3)
+    ]
+    importance = hyperparameter_importance(records)
+    assert importance["unexplained (seeds, noise)"] == pytest.approx(1 - importance["explained_fraction"])
+    assert importance["settings"] == 12 and importance["runs"] == 36

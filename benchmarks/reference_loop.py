@@ -1,0 +1,97 @@
+"""A plain PyTorch fine-tuning loop (no Lightning, no suite head) as the reference the suite's
+default classification head must agree with: Hugging Face's AutoModelForSequenceClassification,
+the same recipe (AdamW with bias correction, eps 1e-6, decay on matrices only, linear warmup and
+decay, clipping at 1.0, fp32), the same subsample and the same seeds.
+
+    SUITE_DATA_DIR=../shared/data python benchmarks/reference_loop.py [tasks/sst2.yaml] [--size 500]
+
+Prints both score distributions over the seeds and a Mann-Whitney test between them.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding
+
+from suite.heads.registry import PreparedTask
+from suite.models import resolve
+from suite.optim import parameter_groups
+from suite.sweep import HParams
+
+
+def reference_score(
+    task: PreparedTask, model: str, size: int, hp: HParams, seeds: tuple[int, int, int]
+) -> float:
+    """Dev accuracy of one plain-loop run with (init, order, subsample) seeds."""
+    init, order, subsample = seeds
+    data = task.data
+    train = [
+        {k: f[k] for k in ("input_ids", "attention_mask", "labels")}
+        for f in data.features("train", data.train_indices(size, subsample))
+    ]
+    dev = [
+        {k: f[k] for k in ("input_ids", "attention_mask", "labels")}
+        for f in data.features("dev", data.dev_indices())
+    ]
+    torch.manual_seed(init)
+    net = AutoModelForSequenceClassification.from_pretrained(resolve(model), num_labels=data.num_labels)
+    optimizer = torch.optim.AdamW(parameter_groups(net, hp.lr, hp.weight_decay), lr=hp.lr, eps=1e-6)
+    collate = DataCollatorWithPadding(task.tokenizer)
+    loader = torch.utils.data.DataLoader(
+        train, batch_size=hp.batch_size, shuffle=True, collate_fn=collate,
+        generator=torch.Generator().manual_seed(order),
+    )  # fmt: skip
+    total = len(loader) * hp.epochs
+    warmup = round(hp.warmup_ratio * total)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda s: s / max(1, warmup) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)),
+    )
+    torch.manual_seed(order)  # dropout
+    net.train()
+    for _ in range(hp.epochs):
+        for batch in loader:
+            net(**batch).loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), hp.max_grad_norm)
+            optimizer.step(), schedule.step(), optimizer.zero_grad()
+    net.eval()
+    right = 0
+    with torch.no_grad():
+        for batch in torch.utils.data.DataLoader(dev, batch_size=64, collate_fn=collate):
+            right += int((net(**batch).logits.argmax(-1) == batch["labels"]).sum())
+    return right / len(dev)
+
+
+def main() -> None:
+    from scipy import stats
+
+    from suite.data.paths import data_dir
+    from suite.heads.registry import prepare_task
+    from suite.models import load_tokenizer
+    from suite.spec import load_task
+    from suite.sweep import SeedSpec, seed_grid
+    from suite.trial import Seeds, TrialPlan, run_trial
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("task", nargs="?", default="tasks/sst2.yaml")
+    parser.add_argument("--size", type=int, default=500)
+    parser.add_argument("--seeds", type=int, default=6)
+    args = parser.parse_args()
+    spec = load_task(args.task)
+    task = prepare_task(spec, data_dir(), load_tokenizer(spec.model))
+    hp = HParams(lr=5e-5, batch_size=16, epochs=3)
+    seeds = list(seed_grid(SeedSpec(repeats=args.seeds)))
+    ours = [run_trial(task, spec.model, TrialPlan(args.size, hp, Seeds(*s)))["score"] for s in seeds]
+    reference = [reference_score(task, spec.model, args.size, hp, s) for s in seeds]
+    for name, scores in (("suite (classifier: auto)", ours), ("plain PyTorch loop", reference)):
+        print(
+            f"{name:26s} median {100 * np.median(scores):.1f}  scores {[round(100 * s, 1) for s in scores]}"
+        )
+    print(f"Mann-Whitney p = {stats.mannwhitneyu(ours, reference).pvalue:.3f}")
+
+
+if __name__ == "__main__":
+    main()

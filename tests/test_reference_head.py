@@ -1,0 +1,35 @@
+"""The suite's default classification head trains like a plain PyTorch loop over Hugging Face's
+AutoModelForSequenceClassification (benchmarks/reference_loop.py): same recipe, subsample and
+seeds; the two score distributions must agree."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_default_head_lands_inside_the_reference_distribution(shared_data: Path) -> None:
+    from scipy import stats
+
+    from benchmarks.reference_loop import reference_score
+    from suite.heads.registry import prepare_task
+    from suite.models import load_tokenizer
+    from suite.spec import TaskSpec, load_task
+    from suite.sweep import HParams, SeedSpec, seed_grid
+    from suite.trial import Seeds, TrialPlan, run_trial
+
+    spec = load_task(REPO / "tasks/sst2.yaml")
+    spec = TaskSpec.model_validate({**spec.model_dump(), "eval_limit": 300})
+    task = prepare_task(spec, shared_data, load_tokenizer(spec.model))
+    hp, size = HParams(lr=5e-5, batch_size=16, epochs=3), 200
+    seeds = list(seed_grid(SeedSpec(repeats=6)))
+    ours = [run_trial(task, spec.model, TrialPlan(size, hp, Seeds(*s))) for s in seeds]
+    assert {r["head"] for r in ours} == {"auto: BertForSequenceClassification"}
+    suite_scores = [r["score"] for r in ours]
+    reference = [reference_score(task, spec.model, size, hp, s) for s in seeds]
+    assert min(reference) > 0.6 and min(suite_scores) > 0.6  # both learn SST-2
+    assert min(reference) <= np.median(suite_scores) <= max(reference)
+    assert stats.mannwhitneyu(suite_scores, reference).pvalue > 0.01  # 6 vs 6: can fail (min p 0.002)
