@@ -16,32 +16,45 @@ CELLS = [
     new_code_cell('RUN_DIR = "."', metadata={"tags": ["parameters"]}),
     new_code_cell(
         "import json\nfrom pathlib import Path\n\nimport pandas as pd\nfrom IPython.display import display\n\n"
-        "from suite import plots\nfrom suite.records import counts, load_run, runs\n\n"
+        "from suite import plots\nfrom suite.records import counts, load_run, runs, setting_key, setting_labels\n\n"
         "pd.set_option('display.max_colwidth', None)  # reasons are read whole\n"
         "run = Path(RUN_DIR)\n"
         "board = json.loads((run / 'leaderboard.json').read_text())\n"
         "info, trials = load_run(run)  # one final record per planned trial\n"
         "records = runs(trials)  # errored and pruned trials are not runs\n"
-        "entry = board['entries'][0]\nmetric = entry['metric']\n"
+        "labels = setting_labels(trials)\n"
+        "metric = board['entries'][0]['metric']\n\n"
+        "def ci(block):\n"
+        "    lo, hi = block.get('ci95') or (None, None)\n"
+        "    return '' if lo is None else f'{100 * lo:.1f} to {100 * hi:.1f}'\n\n"
         "rows = []\n"
-        "for e in board['entries']:\n"
-        "    for part in ('all', 'excluding_failed'):\n"
-        "        s = e['summary'][part]\n"
-        "        rows.append({'task': e['task'], 'model': e['model'], 'size': e['size'], 'sweep': e['sweep'],\n"
-        "                     'pruner': e.get('pruner', 'none'), 'pruned': e['summary'].get('pruned', 0),\n"
-        "                     'errored': e['summary'].get('errored', 0), 'runs': part, 'n': s['n'],\n"
-        "                     'failed': e['summary']['failed'],\n"
-        "                     **{k: 100 * s[k] for k in ('median', 'iqr', 'mean', 'std', 'min', 'max') if k in s},\n"
-        "                     'median 95% CI': [round(100 * v, 2) for v in s['ci95_median'] or []]})\n"
+        "for e in board['entries']:  # one entry per task x size x setting, sizes in numeric order\n"
+        "    s, i = e['summary'], e['summary']['intervals']\n"
+        "    rows.append({'size': e['size'], 'setting': labels.get(setting_key(e['setting']), ''), 'head': e['head'],\n"
+        "                 'runs': s['runs'], 'errored': s['errored'], 'pruned': s['pruned'],\n"
+        "                 'median': 100 * i['median']['estimate'] if i['median']['estimate'] is not None else None,\n"
+        "                 'median 95% CI': ci(i['median']), 'IQR 95% CI': ci(i['iqr']), 'std 95% CI': ci(i['std']),\n"
+        "                 'failure rate': f\"{s['failed']}/{s['runs']}\", 'failure 95% CI (Wilson)': ci(i['failure_rate']),\n"
+        "                 'intervals across': i['median']['unit']})\n"
         "display(pd.DataFrame(rows).round(2))"
     ),
     new_markdown_cell(
-        "**Two kinds of uncertainty.** Every spread and confidence interval here is *across seeds*: "
-        "it says how much the score of a re-run (new init, data order or subsample) would move. "
-        "It is not the *across examples* uncertainty of one run's dev score (the per-example "
-        "bootstrap stderr that lm-evaluation-harness prints), which shrinks with a larger dev set "
-        "while the seed spread does not. A failed run scored no better than the trivial baseline "
-        "(or diverged); crashed trials are not runs; statistics are shown with failures included and excluded."
+        "**Two kinds of uncertainty.** Every interval above is *across seeds*: it resamples the seed "
+        "design's units (runs for independent draws; init, order and subsample seeds independently "
+        "for a crossed grid) and says how much a re-run of the study would move. The *across "
+        "examples* uncertainty of one run's dev score (the per-example bootstrap stderr that "
+        "lm-evaluation-harness prints) is the next table; it shrinks with a larger dev set while the "
+        "seed spread does not. A failed run scored no better than the best constant prediction on "
+        "the evaluation set (or diverged); crashed trials are not runs."
+    ),
+    new_code_cell(
+        "display(pd.DataFrame([{'size': e['size'], 'setting': labels.get(setting_key(e['setting']), ''),\n"
+        "    'std across seeds (x100)': 100 * (e['examples']['across_seeds_std'] or float('nan')),\n"
+        "    'dev-set stderr of one run (x100, across examples)': 100 * (e['examples']['dev_se_median'] or float('nan')),\n"
+        "    'examples flipping across seeds': (e['examples']['agreement'] or {}).get('flip_share'),\n"
+        "    \"Fleiss' kappa\": (e['examples']['agreement'] or {}).get('fleiss_kappa'),\n"
+        "    'runs for median +-0.5 / +-1': '{} / {}'.format(*[(e['summary']['seeds_needed'] or {}).get('targets', {}).get(t, {}).get('runs_needed') for t in ('0.5', '1')]),\n"
+        "} for e in board['entries']]).round(3))"
     ),
     new_markdown_cell(
         "## Outcomes\n\nEvery planned trial ends as a *run* (succeeded, or failed: no better than "
@@ -58,8 +71,9 @@ CELLS = [
     new_markdown_cell("## Score distribution per setting"),
     new_code_cell("plots.show(plots.distribution(records, metric))"),
     new_markdown_cell(
-        "## Expected maximum performance\n\nThe best dev score to expect from n runs "
-        "(Dodge et al. 2019), with reported values as dashed lines."
+        "## Expected maximum performance\n\nThe best dev score to expect from n runs: the unbiased "
+        "estimator without replacement (Tang et al. 2020) up to the number of runs, Dodge et al.'s "
+        "with-replacement form beyond; comparable reported values as dashed lines."
     ),
     new_code_cell(
         "reported = [r for e in board['entries'] for r in e['reported']]\n"
@@ -69,27 +83,43 @@ CELLS = [
     new_code_cell("plots.show(plots.lr_batch_heatmaps(records))"),
     new_markdown_cell("## Init seed x data-order seed"),
     new_code_cell("plots.show(plots.init_order_heatmap(records))"),
-    new_markdown_cell("## Variance shares (two-way random-effects ANOVA on the crossed grid)"),
-    new_code_cell("plots.show(plots.variance_shares_bar(entry['variance_shares']))"),
-    new_markdown_cell("## Hyperparameter importance (fANOVA)"),
-    new_code_cell("plots.show(plots.importance_bar(entry['importance']))"),
+    new_markdown_cell(
+        "## Variance components per setting\n\nRandom-effects components (init, order, subsample, "
+        "interaction + residual) with design-bootstrap 95% intervals; a component this seed design "
+        "cannot identify is named under the axis."
+    ),
+    new_code_cell(
+        "for e in board['entries']:\n"
+        "    print(f\"size {e['size']}, {labels.get(setting_key(e['setting']), '')}\")\n"
+        "    plots.show(plots.variance_components_bar(e['summary']['variance_components']))"
+    ),
+    new_markdown_cell("## Hyperparameter importance (fANOVA, scaled to the variance settings explain)"),
+    new_code_cell("plots.show(plots.importance_bar(board['entries'][0]['importance']))"),
     new_markdown_cell("## Loss curves"),
     new_code_cell("plots.show(plots.loss_curves(records))"),
     new_markdown_cell(
-        "## Reported vs observed\n\nThe reported value's percentile in our runs, whether it "
-        "lies in our 95% CI of the same statistic, and the chance that a single run of ours "
-        "lands more than 1 or 3 points below it."
+        "## Reported vs observed\n\n**How to read a comparison.** A published number is compared "
+        "only when it is *comparable*: same checkpoint, training size (none stated = the full "
+        "training set), split and evaluation set, metric, head and a run statistic. A reported "
+        "median or mean of k runs is placed in the distribution of that statistic over k runs "
+        "drawn from ours (its percentile and a two-sided p); a reported max of k against our "
+        "expected max of k; a single run against our distribution of one run. Unknown k is said, "
+        "not assumed. It is never compared with the interval of our own N-run median, which "
+        "shrinks with N until agreement is impossible. Everything else is context, listed with "
+        "the reasons it is not comparable."
     ),
     new_code_cell(
-        "table = pd.DataFrame([\n"
-        "    {'size': e['size'], 'model (paper)': r['model'], 'reported': r['value'], 'statistic': r['statistic'],\n"
-        "     'n_runs': r.get('n_runs'), 'ours': r['gap'].get('our_value'), 'gap': r['gap'].get('gap'),\n"
-        "     'percentile': r['gap'].get('percentile'), 'in our CI': r['gap'].get('inside_ci'),\n"
-        "     'P(run < rep-1)': r['gap'].get('p_single_run_below', {}).get('1'),\n"
-        "     'P(run < rep-3)': r['gap'].get('p_single_run_below', {}).get('3'), 'source': r['source']}\n"
-        "    for e in board['entries'] for r in e['reported']\n"
-        "])\n"
-        "display(table.round(2) if len(table) else 'no reported numbers for this metric and split')"
+        "comparable = [{'size': e['size'], 'setting': labels.get(setting_key(e['setting']), ''), 'model (paper)': r['model'],\n"
+        "               'reported': r['value'], 'statistic': r['statistic'], 'k': r['gap'].get('k'),\n"
+        "               'ours': r['gap'].get('our_value'), 'percentile': r['gap'].get('percentile'),\n"
+        "               'p (two-sided)': r['gap'].get('p_two_sided'), 'against': r['gap'].get('reference'),\n"
+        "               'note': r['gap'].get('note'), 'source': r['source']}\n"
+        "              for e in board['entries'] for r in e['reported'] if r['comparable']]\n"
+        "display(pd.DataFrame(comparable).round(2) if comparable else 'no comparable reported number')\n"
+        "context = {(r['model'], r['value'], r['statistic'], r['source']): '; '.join(r['reasons'])\n"
+        "           for e in board['entries'] for r in e['reported'] if not r['comparable']}\n"
+        "display(pd.DataFrame([{'model (paper)': m, 'reported': v, 'statistic': st, 'source': src, 'not comparable because': why}\n"
+        "                      for (m, v, st, src), why in context.items()]) if context else 'no context numbers')"
     ),
 ]
 

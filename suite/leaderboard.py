@@ -16,18 +16,22 @@ from typing import Any
 import jsonschema
 
 from suite import __version__
+from suite.comparability import reasons_not_comparable
 from suite.errors import SuiteError
+from suite.examples import example_summary
 from suite.provenance import git_commit
 from suite.records import load_run, runs, setting_key
-from suite.statistics import gap_to_reported, hyperparameter_importance, summarize, variance_shares
+from suite.statistics import gap_to_reported, hyperparameter_importance, summarize
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RANKING_RULE = (
-    "within (task, eval_split, metric, size): median score (direction-aware), then failure rate "
+    "one entry per (task, model, size, setting); within (task, eval_split, metric, size): "
+    "median score (direction-aware), then failure rate "
     "(lower first), then IQR (lower first); failed runs count with the score they reached "
     "(a diverged run has none); errored and pruned trials are not runs and are counted apart"
 )
 RUN_FIELDS = (
+    "head",
     "key",
     "seeds",
     "hparams",
@@ -68,23 +72,33 @@ def read_leaderboard(path: str | Path) -> dict[str, Any]:
     return document
 
 
-def _entry(info: dict[str, Any], size: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """One (study, size): `records` are the final records of its planned trials; statistics
-    use its runs only, errored and pruned trials are counted apart in the summary."""
+def _entry(
+    info: dict[str, Any], size: Any, records: list[dict[str, Any]], importance: dict[str, Any]
+) -> dict[str, Any]:
+    """One (study, size, setting): `records` are the final records of the setting's planned
+    trials. Statistics use its runs only (never pooled across settings); errored and pruned
+    trials are counted apart in the summary. Reported numbers are split into comparable ones
+    (same-n test) and context (with the reasons)."""
     task = info["task"]
-    by_setting: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in records:
-        by_setting[setting_key(r["hparams"])].append(r)
     scored = runs(records)
-    main = [r.get("score") for r in scored]
     metric = task["metric"]["main"]
-    reported = [
-        {**rep, "gap": gap_to_reported(main, rep["value"], rep["statistic"])}
-        for rep in task.get("reported", [])
-        if rep["metric"] == metric
-        and _same_split(rep["split"], task.get("eval_split", "validation"))
-        and rep.get("size") in (None, size)
-    ]
+    terms = {
+        "model": info["model"],
+        "hub_id": (info.get("fingerprint") or {}).get("model.hub_id"),
+        "size": size,
+        "metric": metric,
+        "eval_split": task.get("eval_split", "validation"),
+        "eval_set": next((r["eval_set"]["label"] for r in records if r.get("eval_set")), None),
+        "head": _head_kind(records, task),
+    }
+    reported = []
+    for rep in task.get("reported", []):
+        reasons = reasons_not_comparable(rep, terms)
+        item = {**rep, "comparable": not reasons, "reasons": reasons}
+        if not reasons:
+            item["gap"] = gap_to_reported(scored, rep["value"], rep["statistic"], n_runs=rep.get("n_runs"))
+        reported.append(item)
+    num_labels = len(task.get("labels") or []) or 2
     return {
         "rank": 1,
         "task": task["name"],
@@ -92,29 +106,37 @@ def _entry(info: dict[str, Any], size: Any, records: list[dict[str, Any]]) -> di
         "model": info["model"],
         "model_revision": info.get("model_revision"),
         "size": size,
+        "setting": records[0]["hparams"],
+        "head": terms["head"],
+        "eval_set": terms["eval_set"],
         "sweep": info["sweep"]["name"],
         "profile": info.get("profile"),
         "pruner": info["sweep"].get("pruner", {}).get("type", "none"),
         "metric": metric,
         "higher_is_better": task["metric"]["higher_is_better"],
         "eval_split": task.get("eval_split", "validation"),
+        "baseline": {
+            "value": records[0].get("baseline"),
+            "rule": "best constant prediction on the evaluation set",
+        },
         "date": info["date"],
         "git_commit": info.get("git_commit"),
         "versions": info.get("versions", {}),
         "data_sha256": info.get("data_sha256", {}),
         "summary": summarize(records),
-        "settings": [{"hparams": json.loads(k), "summary": summarize(v)} for k, v in by_setting.items()],
-        "variance_shares": variance_shares(scored),
-        "importance": hyperparameter_importance(scored),
+        "examples": example_summary(scored, metric, num_labels),
+        "importance": importance,
         "reported": reported,
         "runs": [{k: r[k] for k in RUN_FIELDS if k in r} for r in records],
     }
 
 
-def _same_split(reported_split: str, eval_split: str) -> bool:
-    return (
-        reported_split.startswith("dev") if eval_split == "validation" else reported_split.startswith("test")
-    )
+def _head_kind(records: list[dict[str, Any]], task: dict[str, Any]) -> str:
+    """The head as reported numbers name it: the classifier kind (`auto`, `pooler`, `cls`), a
+    tagging head's `crf` or `auto` (linear, as BERT's NER), QA's `auto`."""
+    if task["head"] == "classification":
+        return str(records[0].get("head", "auto")).split(":")[0]
+    return "crf" if task["head"] == "tagging" and task.get("tagging", {}).get("crf") else "auto"
 
 
 def build(studies: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]]) -> dict[str, Any]:
@@ -125,7 +147,12 @@ def build(studies: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]]) -> dic
         by_size: dict[Any, list[dict[str, Any]]] = defaultdict(list)
         for r in records:
             by_size[r["size"]].append(r)
-        entries.extend(_entry(info, size, rs) for size, rs in by_size.items())
+        for size, at_size in by_size.items():
+            importance = hyperparameter_importance(runs(at_size))  # across this size's settings
+            by_setting: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            for r in at_size:
+                by_setting[setting_key(r["hparams"])].append(r)
+            entries.extend(_entry(info, size, rs, importance) for rs in by_setting.values())
     _rank(entries)
     import torch
     import transformers
@@ -155,7 +182,12 @@ def _rank(entries: list[dict[str, Any]]) -> None:
 
         for rank, e in enumerate(sorted(group, key=key), start=1):
             e["rank"] = rank
-    entries.sort(key=lambda e: (e["task"], str(e["size"]), e["rank"]))
+    entries.sort(key=lambda e: (e["task"], _size_order(e["size"]), e["rank"]))
+
+
+def _size_order(size: Any) -> tuple[int, int]:
+    """Sizes in numeric order, `full` last."""
+    return (1, 0) if size == "full" else (0, int(size))
 
 
 def write_leaderboard(sources: list[str | Path], out: Path) -> dict[str, Any]:

@@ -99,16 +99,10 @@ def expected_max_curve(
     std = 100 * np.array([p["std"] for p in curve])
     ax.plot(n, mean, marker="o", label="expected max of n runs")
     ax.fill_between(n, mean - std, mean + std, alpha=0.25, label="+- 1 std")
-    for rep in reported:
-        ax.axhline(rep["value"], ls="--", lw=1, color="tab:red")
-        ax.annotate(
-            f"{rep['model']} ({rep['statistic']})",
-            (n[-1], rep["value"]),
-            fontsize=8,
-            ha="right",
-            va="bottom",
-            color="tab:red",
-        )
+    colours = plt.cm.tab10(np.linspace(0, 1, 10))
+    for i, rep in enumerate(r for r in reported if r.get("comparable")):  # context numbers: not drawn
+        label = f"reported: {rep['model']} ({rep['statistic']}, k={rep.get('n_runs') or '?'})"
+        ax.axhline(rep["value"], ls="--", lw=1, color=colours[(i + 3) % 10], label=label)
     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set(xlabel="n (runs / trials)", ylabel=f"dev {metric} (x100)", title="Expected maximum performance")
     ax.legend(loc="lower right")
@@ -151,25 +145,41 @@ def init_order_heatmap(records: Sequence[dict[str, Any]]) -> plt.Figure:
     return fig
 
 
-def variance_shares_bar(shares: dict[str, float] | None) -> plt.Figure:
-    fig, ax = plt.subplots(figsize=(6, 3))
-    if not shares:
-        _note(ax, "variance shares need a complete crossed init x order grid")
+def variance_components_bar(result: dict[str, Any] | None) -> plt.Figure:
+    """Shares of the score variance per seed component, with their 95% intervals (across seeds);
+    a component the design cannot identify is named as such."""
+    fig, ax = plt.subplots(figsize=(7, 3))
+    components = (result or {}).get("components") or {}
+    parts = {k: c for k, c in components.items() if c.get("identifiable") and c.get("share") is not None}
+    if not parts:
+        _note(ax, "no variance components: several seeds with different scores are needed")
         return fig
-    parts = {k: shares[k] for k in ("init", "order", "residual")}
-    sns.barplot(x=list(parts), y=list(parts.values()), ax=ax, color="tab:blue")
-    ax.set(ylim=(0, 1), ylabel="share of variance", title="Where the variance comes from")
+    names = list(parts)
+    shares = np.array([parts[k]["share"] for k in names])
+    bounds = [parts[k].get("share_ci95") or [None, None] for k in names]
+    low = np.array([v if b[0] is None else b[0] for b, v in zip(bounds, shares, strict=True)])
+    high = np.array([v if b[1] is None else b[1] for b, v in zip(bounds, shares, strict=True)])
+    ax.bar(names, shares, color="tab:blue", yerr=[shares - low, high - shares], capsize=4)
+    missing = [k for k, c in components.items() if not c.get("identifiable")]
+    title = "Where the variance comes from (95% intervals across seeds)"
+    ax.set(ylim=(0, 1), ylabel="share of variance", title=title)
+    if missing:
+        ax.set_xlabel(f"not identifiable in this design: {', '.join(missing)}")
     fig.tight_layout()
     return fig
 
 
-def importance_bar(importance: dict[str, float]) -> plt.Figure:
+def importance_bar(importance: dict[str, Any]) -> plt.Figure:
+    """fANOVA importances scaled to the share of variance the settings explain; the rest is
+    the seeds' and noise's."""
     fig, ax = plt.subplots(figsize=(6, 3))
-    if not importance:
+    parts = dict((importance or {}).get("importances") or {})
+    if not parts:
         _note(ax, "one hyperparameter setting: no importance to estimate")
         return fig
-    sns.barplot(x=list(importance.values()), y=list(importance), ax=ax, color="tab:green", orient="h")
-    ax.set(xlabel="fANOVA importance", title="Hyperparameter importance")
+    parts["seeds and noise"] = importance.get("unexplained (seeds, noise)", 0.0)
+    sns.barplot(x=list(parts.values()), y=list(parts), ax=ax, color="tab:green", orient="h")
+    ax.set(xlabel="share of score variance", title="Hyperparameter importance (fANOVA, scaled)")
     fig.tight_layout()
     return fig
 
