@@ -137,7 +137,8 @@ def validate(paths: list[str]) -> int:
     bad = 0
     for path in _yaml_files(paths):
         try:
-            is_task = "head" in read_yaml(path)
+            raw = read_yaml(path)
+            is_task = "head" in raw or "data" in raw
             load = load_task if is_task else load_sweep
             load(path, None)
             for profile in profile_names(path):

@@ -29,7 +29,10 @@ from suite.sweep import SweepSpec
 def resolve_sweep_path(task_path: Path, sweep: str) -> Path:
     """A task's `sweep:` is relative to the working directory, else to the task's repo root."""
     candidates = [Path(sweep), task_path.resolve().parent.parent / sweep]
-    return next((p for p in candidates if p.is_file()), candidates[0])
+    found = next((p for p in candidates if p.is_file()), None)
+    if found is None:
+        raise SpecError(f"{task_path}: field 'sweep': sweep file not found: {sweep}")
+    return found
 
 
 def apply_overrides(
@@ -147,8 +150,10 @@ def _open_or_resume(
     from suite.study import open_study
 
     if name in optuna.study.get_all_study_names(storage):
-        stored = optuna.load_study(study_name=name, storage=storage).user_attrs.get("fingerprint")
-        check_same_study(stored, fingerprint, name, str(folder))
+        existing = optuna.load_study(study_name=name, storage=storage)
+        stored = existing.user_attrs.get("fingerprint")
+        if stored is not None or existing.get_trials(deepcopy=False):  # else: killed while created
+            check_same_study(stored, fingerprint, name, str(folder))
     study = open_study(storage, name, sweep, task.metric.higher_is_better)
     if "fingerprint" not in study.user_attrs:
         study.set_user_attr("fingerprint", fingerprint)

@@ -8,25 +8,26 @@ the same seed grid, so settings are compared on equal terms (DESIGN.md section 3
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cache
 from itertools import product
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, PlainValidator, TypeAdapter, ValidationError, model_validator
 
-from suite.spec import Strict
+from suite.spec import Bool, FieldError, Float, Int, Seed, Strict, kind
 
 
 class HParams(Strict):
-    lr: float = Field(gt=0, lt=1)
-    batch_size: int = Field(ge=1)
-    epochs: int = Field(ge=1)
-    warmup_ratio: float = Field(0.1, ge=0, lt=1)
-    weight_decay: float = Field(0.01, ge=0)
-    bias_correction: bool = True
-    max_grad_norm: float = Field(1.0, gt=0)
-    group_by_length: bool = Field(False, description="batch examples of similar length (less padding)")
-    min_steps: int = Field(0, ge=0, description="train at least this many steps (more epochs on tiny sets)")
+    lr: Float = Field(gt=0, lt=1)
+    batch_size: Int = Field(ge=1)
+    epochs: Int = Field(ge=1)
+    warmup_ratio: Float = Field(0.1, ge=0, lt=1)
+    weight_decay: Float = Field(0.01, ge=0)
+    bias_correction: Bool = True
+    max_grad_norm: Float = Field(1.0, gt=0)
+    group_by_length: Bool = Field(False, description="batch examples of similar length (less padding)")
+    min_steps: Int = Field(0, ge=0, description="train at least this many steps (more epochs on tiny sets)")
 
     def eval_every(self, n_train: int) -> int:
         """Epochs per dev evaluation. A tiny training set that needs `min_steps` (Splinter's
@@ -39,23 +40,54 @@ class HParams(Strict):
         return self.epochs * self.eval_every(n_train)
 
 
+def _scalar(value: Any) -> Any:
+    # Kept as given (an int choice stays an int); one message instead of four union branches.
+    if isinstance(value, float | int | bool | str):
+        return value
+    raise ValueError(f"a choice is a number, a boolean or a string, got {kind(value)}")
+
+
+Choice = Annotated[float | int | bool | str, PlainValidator(_scalar)]
+
+
 class Param(Strict):
     """One searched hyperparameter: categorical choices, or a float/int range."""
 
     type: Literal["categorical", "float", "int"]
-    choices: list[float | int | bool | str] | None = None
-    low: float | None = None
-    high: float | None = None
-    log: bool = False
-    step: float | None = None
+    choices: list[Choice] | None = None
+    low: Float | None = None
+    high: Float | None = None
+    log: Bool = False
+    step: Float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _complete(self) -> Param:
-        if self.type == "categorical" and not self.choices:
-            raise ValueError("a categorical parameter needs `choices`")
-        if self.type != "categorical" and (self.low is None or self.high is None or self.low >= self.high):
-            raise ValueError(f"a {self.type} parameter needs `low` < `high`")
+        if self.type == "categorical":
+            if not self.choices:
+                raise FieldError("choices", "a categorical parameter needs `choices`")
+            if len({repr(c) for c in self.choices}) < len(self.choices):
+                raise FieldError("choices", "a choice is listed twice")
+            return self
+        if self.low is None or self.high is None or self.low >= self.high:
+            raise FieldError(
+                "high" if self.low is not None else "low", f"a {self.type} parameter needs `low` < `high`"
+            )
+        if self.type == "int" and not all(
+            float(v).is_integer() for v in (self.low, self.high, self.step or 1)
+        ):
+            raise FieldError("low", "an int parameter needs integer `low`, `high` and `step`")
+        if self.log and self.low <= 0:
+            raise FieldError("low", "a `log` range needs `low` > 0")
+        if self.log and self.step is not None:
+            raise FieldError("step", "a `log` range takes no `step`")
         return self
+
+    def candidates(self) -> list[Any]:
+        """The values to check against the hyperparameter's schema: every choice, or both ends."""
+        if self.type == "categorical":
+            return list(self.choices)
+        cast = int if self.type == "int" else float
+        return [cast(self.low), cast(self.high)]
 
     def values(self) -> list[Any] | None:
         """Every value, when the parameter is enumerable (for the grid sampler)."""
@@ -87,28 +119,37 @@ class Param(Strict):
 
 class SamplerSpec(Strict):
     type: Literal["grid", "random", "tpe", "qmc"] = "grid"
-    seed: int | None = Field(None, description="default: the seed design's master seed")
-    n_startup_trials: int = Field(6, ge=1, description="tpe: random settings before modelling")
+    seed: Seed | None = Field(None, description="default: the seed design's master seed")
+    n_startup_trials: Int = Field(6, ge=1, description="tpe: random settings before modelling")
 
 
 class PrunerSpec(Strict):
     """Search-phase pruning. Off by default: pruned runs bias a variance study."""
 
     type: Literal["none", "median", "wilcoxon"] = "none"
-    n_startup_trials: int = Field(5, ge=0)
-    n_warmup_steps: int = Field(1, ge=0, description="epochs before pruning may start")
+    n_startup_trials: Int = Field(5, ge=0)
+    n_warmup_steps: Int = Field(1, ge=0, description="epochs before pruning may start")
 
 
 class SeedSpec(Strict):
-    master: int = 0
+    master: Seed = 0
     design: Literal["independent", "crossed"] = "independent"
-    repeats: int = Field(5, ge=1, description="independent design: (init, order) draws per setting")
-    init: int = Field(5, ge=1, description="crossed design: init seeds")
-    order: int = Field(5, ge=1, description="crossed design: order seeds")
-    subsample: int = Field(1, ge=1, description="subsample draws per small-data size")
-    subsample_seeds: list[int] | None = Field(
-        None, description="explicit subsample seeds (e.g. the few-shot split files' seeds) instead of draws"
+    repeats: Int = Field(5, ge=1, description="independent design: (init, order) draws per setting")
+    init: Int = Field(5, ge=1, description="crossed design: init seeds")
+    order: Int = Field(5, ge=1, description="crossed design: order seeds")
+    subsample: Int = Field(1, ge=1, description="subsample draws per small-data size")
+    subsample_seeds: list[Seed] | None = Field(
+        None,
+        min_length=1,
+        description="explicit subsample seeds (e.g. the few-shot split files' seeds) instead of draws",
     )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> SeedSpec:
+        seeds = self.subsample_seeds or []
+        if len(set(seeds)) < len(seeds):
+            raise FieldError("subsample_seeds", "a seed is listed twice")
+        return self
 
 
 class SweepSpec(Strict):
@@ -117,31 +158,51 @@ class SweepSpec(Strict):
     hparams: dict[str, Any] = Field(default_factory=dict, description="fixed values")
     space: dict[str, Param] = Field(default_factory=dict, description="searched values")
     sampler: SamplerSpec = SamplerSpec()
-    budget: int | None = Field(None, ge=1, description="settings to run (grid: default all)")
+    budget: Int | None = Field(None, ge=1, description="settings to run (grid: default all)")
     seeds: SeedSpec = SeedSpec()
     pruner: PrunerSpec = PrunerSpec()
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepSpec:
         known = set(HParams.model_fields)
-        for name in [*self.hparams, *self.space]:
-            if name not in known:
-                raise ValueError(f"unknown hyperparameter {name!r} (known: {', '.join(sorted(known))})")
+        for block, names in (("hparams", self.hparams), ("space", self.space)):
+            for name in names:
+                if name not in known:
+                    raise FieldError(
+                        f"{block}.{name}",
+                        f"unknown hyperparameter {name!r} (known: {', '.join(sorted(known))})",
+                    )
         if both := set(self.hparams) & set(self.space):
-            raise ValueError(f"{sorted(both)[0]!r} is both fixed (hparams) and searched (space)")
+            name = sorted(both)[0]
+            raise FieldError(f"space.{name}", f"{name!r} is both fixed (hparams) and searched (space)")
         if self.sampler.type == "grid":
             if bad := [k for k, p in self.space.items() if p.values() is None]:
-                raise ValueError(f"the grid sampler needs enumerable values; {bad[0]!r} is a float range")
+                raise FieldError(
+                    f"space.{bad[0]}",
+                    f"the grid sampler needs enumerable values; {bad[0]!r} is a float range",
+                )
         elif self.budget is None:
-            raise ValueError(f"the {self.sampler.type} sampler needs a `budget` (number of settings)")
-        example = {k: (p.values() or [p.low])[0] for k, p in self.space.items()}
-        try:
-            HParams(**self.hparams, **example)
-        except Exception as err:  # pydantic's message names the field
-            raise ValueError(
-                f"hparams: {str(err).splitlines()[1]}: {str(err).splitlines()[2].strip()}"
-            ) from None
+            raise FieldError(
+                "budget", f"the {self.sampler.type} sampler needs a `budget` (number of settings)"
+            )
+        self._check_values()
         return self
+
+    def _check_values(self) -> None:
+        """Fixed values, and every value a searched parameter can take, pass HParams' checks."""
+        for name, value in self.hparams.items():
+            _check_hparam(f"hparams.{name}", name, value)
+        for name, param in self.space.items():
+            takes = HParams.model_fields[name].annotation  # a float range never fits an int or a bool
+            if (param.type == "float" and takes is not float) or (param.type == "int" and takes is bool):
+                raise FieldError(
+                    f"space.{name}.type", f"{name} takes {takes.__name__} values, not a {param.type} range"
+                )
+            for value in param.candidates():
+                _check_hparam(f"space.{name}", name, value)
+        given = {*self.hparams, *self.space}
+        if missing := [n for n, f in HParams.model_fields.items() if f.is_required() and n not in given]:
+            raise FieldError(f"hparams.{missing[0]}", "required: fix it in `hparams` or search it in `space`")
 
     @property
     def adaptive(self) -> bool:
@@ -204,6 +265,21 @@ class SweepSpec(Strict):
         if p.type == "wilcoxon":
             return optuna.pruners.WilcoxonPruner()
         return optuna.pruners.NopPruner()
+
+
+@cache
+def _hparam_adapter(name: str) -> TypeAdapter:
+    info = HParams.model_fields[name]
+    return TypeAdapter(Annotated[info.annotation, *info.metadata], config=HParams.model_config)
+
+
+def _check_hparam(field: str, name: str, value: Any) -> None:
+    """One hyperparameter value against its HParams field (type and bounds)."""
+    try:
+        _hparam_adapter(name).validate_python(value)
+    except ValidationError as err:
+        msg = err.errors()[0]["msg"].removeprefix("Value error, ")
+        raise FieldError(field, f"{msg} (got {value!r})") from None
 
 
 # Seed axes, so each axis draws its own stream from the master seed.

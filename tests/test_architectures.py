@@ -73,3 +73,15 @@ def test_pooler_head_needs_a_pretrained_pooler(tiny_models) -> None:  # noqa: AN
         ClassificationModule(
             load_encoder(str(tiny_models["electra"])), hp, 2, ["accuracy"], classifier="pooler"
         )
+
+
+def test_classifier_field_reaches_every_trial(tiny_models, tiny_task: Path) -> None:  # noqa: ANN001
+    from suite.errors import SpecError
+
+    tiny_task.write_text(tiny_task.read_text() + "classifier: cls\n")
+    model = str(tiny_models["bert"])
+    prepared = prepare_task(load_task(tiny_task), tiny_task.parent.parent / "data", load_tokenizer(model))
+    assert run_trial(prepared, model, TrialPlan(16, HP, Seeds(1, 2, 3)))["head"] == "cls"
+    tiny_task.write_text(tiny_task.read_text().replace("classifier: cls", "classifier: mlp"))
+    with pytest.raises(SpecError, match="field 'classifier'"):
+        load_task(tiny_task)

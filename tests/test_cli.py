@@ -73,7 +73,7 @@ def test_label_not_in_label_list(capsys, tiny_task: Path, tiny_models) -> None: 
             "--quiet",
         ],
     )
-    assert "train.tsv: row 1: label 'yes' is not in the spec's labels" in err
+    assert "train.tsv: line 2: label 'yes' is not in the spec's labels" in err
 
 
 def test_bad_size_flag(capsys, tmp_path: Path) -> None:  # noqa: ANN001

@@ -146,3 +146,21 @@ def test_span_head_trains_on_each_family(arch: str, tiny_models, shared_data: Pa
     assert not (record["reason"] or "").startswith("error"), record["reason"]
     assert len(record["loss_curve"]) >= 2 and all(math.isfinite(v) for v in record["loss_curve"])
     assert set(record["scores"]) == {"f1", "exact_match"} and record["eval_set"]["questions"] == 8
+
+
+def test_every_split_of_a_study_evaluates_on_one_held_out_set(shared_data: Path) -> None:
+    """Pre-flight loads every planned split; from then on each split's evaluation set is the
+    pool minus the union of all of them: the same questions for every trial."""
+    from suite.preflight import check_planned_inputs
+    from suite.spec import load_sweep
+
+    task = prepare_task(load_task(REPO / "tasks/squad.yaml"), shared_data, load_tokenizer("minilm-l6"))
+    sweep = load_sweep(REPO / "sweeps/squad-seeds.yaml", "smoke")
+    check_planned_inputs(task, sweep, "tasks/squad.yaml")
+    data, sets, trained = task.data, [], set()
+    for seed in sorted({s for s in task.data.qa.split_seeds})[:2]:
+        indices = data.train_indices(task.spec.sizes[0], seed)
+        trained |= {data._current[i].id for i in indices}
+        sets.append([e.id for e in data.dev])
+    assert sets[0] == sets[1] and len(sets[0]) == 300
+    assert not trained & set(sets[0])  # no training question of any split is evaluated

@@ -10,7 +10,7 @@ import numpy as np
 from suite.data.cache import cached, tokenizer_fingerprint
 from suite.data.paths import local_file
 from suite.data.subsample import regression_strata, subsample_indices
-from suite.data.tables import read_hub_split, read_rows, require_columns
+from suite.data.tables import Rows, read_hub_split, read_rows, require_columns
 from suite.errors import DataError
 from suite.provenance import file_sha256
 from suite.spec import TaskSpec
@@ -45,22 +45,31 @@ class ClassificationData:
         require_columns(rows, [*data.text, data.label], source, spec.name)
         self.sources[key] = source
         self.texts[key] = [tuple(row[c] for c in data.text) for row in rows]
-        self.labels[key] = self._encode_labels([row[data.label] for row in rows], source)
+        self.labels[key] = self._encode_labels(rows, source)
 
-    def _encode_labels(self, raw: list[Any], source: str) -> np.ndarray:
+    def _encode_labels(self, rows: Rows, source: str) -> np.ndarray:
+        column = self.spec.data.label
         if self.spec.regression:
-            try:
-                return np.array([float(v) for v in raw], dtype=np.float32)
-            except ValueError as err:
-                raise DataError(f"task {self.spec.name}: {source}: {err}") from None
+            values = []
+            for i, row in enumerate(rows):
+                try:
+                    values.append(float(row[column]))
+                except ValueError:
+                    values.append(float("nan"))
+                if not np.isfinite(values[-1]):
+                    raise DataError(
+                        f"task {self.spec.name}: {source}: {rows.where(i)}: target {row[column]!r} "
+                        "is not a finite number"
+                    )
+            return np.array(values, dtype=np.float32)
         index = {str(label): i for i, label in enumerate(self.spec.labels)}
-        for row_no, value in enumerate(raw, start=1):
-            if str(value) not in index:
+        for i, row in enumerate(rows):
+            if str(row[column]) not in index:
                 raise DataError(
-                    f"task {self.spec.name}: {source}: row {row_no}: label {value!r} is not in "
+                    f"task {self.spec.name}: {source}: {rows.where(i)}: label {row[column]!r} is not in "
                     f"the spec's labels {self.spec.labels}"
                 )
-        return np.array([index[str(v)] for v in raw], dtype=np.int64)
+        return np.array([index[str(row[column])] for row in rows], dtype=np.int64)
 
     @property
     def num_labels(self) -> int:

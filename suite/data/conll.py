@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from suite.data.tables import read_text, text_lines
 from suite.errors import DataError
 
 
@@ -33,27 +34,32 @@ def read_conll(path: Path, token_column: int = 0, tag_column: int = -1) -> list[
             tokens.clear()
             tags.clear()
 
-    with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            cells = line.split()
-            if not cells:
-                flush()
-            elif cells[0] == "-DOCSTART-":
-                flush()
-                document += 1
-            else:
-                try:
-                    token, tag = cells[token_column], cells[tag_column]
-                except IndexError:
-                    raise DataError(
-                        f"{path}:{line_no}: expected a token and a tag column, found {len(cells)} field(s)"
-                    ) from None
-                if not tokens:
-                    start = line_no
-                tokens.append(token)
-                tags.append(tag)
+    for line_no, line in text_lines(read_text(path)):
+        cells = line.split()
+        if not cells:
+            flush()
+        elif cells[0] == "-DOCSTART-":
+            flush()
+            document += 1
+        else:
+            token, tag = _token_and_tag(cells, token_column, tag_column, f"{path}:{line_no}")
+            if not tokens:
+                start = line_no
+            tokens.append(token)
+            tags.append(tag)
     flush()
+    if not sentences:
+        raise DataError(f"{path}: no examples (no token lines)")
     return sentences
+
+
+def _token_and_tag(cells: list[str], token_column: int, tag_column: int, where: str) -> tuple[str, str]:
+    """The token and tag cells of one line; they must be two different columns (a one-column
+    line would otherwise read its word as its own tag)."""
+    n = len(cells)
+    if not (-n <= token_column < n and -n <= tag_column < n) or token_column % n == tag_column % n:
+        raise DataError(f"{where}: expected a token and a tag column, found {n} field(s)")
+    return cells[token_column], cells[tag_column]
 
 
 def iob1_to_iob2(tags: tuple[str, ...]) -> tuple[str, ...]:
@@ -76,13 +82,21 @@ def iobes_to_iob2(tags: tuple[str, ...]) -> tuple[str, ...]:
 TO_IOB2 = {"iob1": iob1_to_iob2, "iob2": lambda tags: tuple(tags), "iobes": iobes_to_iob2}
 
 
-def check_tags(sentences: list[Sentence], types: list[str], path: Path) -> None:
-    """Every tag is O or a known prefix plus one of the spec's entity types."""
-    allowed_prefixes = ("B-", "I-", "E-", "S-")
+# Tag prefixes each scheme allows; IOB1 and IOB2 differ in where B- is used, not in the set.
+PREFIXES = {"iob1": ("B-", "I-"), "iob2": ("B-", "I-"), "iobes": ("B-", "I-", "E-", "S-")}
+
+
+def check_tags(sentences: list[Sentence], types: list[str], path: Path, scheme: str | None = None) -> None:
+    """Every tag is O or a prefix of the file's scheme plus one of the spec's entity types.
+
+    `scheme` is the task's `data.tag_scheme`; without it any IOB/IOBES prefix passes.
+    """
+    prefixes = PREFIXES.get(scheme, PREFIXES["iobes"])
+    named = "/".join(prefixes) + (f" (tag_scheme {scheme})" if scheme else "")
     for sentence in sentences:
         for offset, tag in enumerate(sentence.tags):
-            if tag != "O" and not (tag[:2] in allowed_prefixes and tag[2:] in types):
+            if tag != "O" and not (tag[:2] in prefixes and tag[2:] in types):
                 raise DataError(
-                    f"{path}:{sentence.line + offset}: tag {tag!r} is not O or B-/I- of the "
+                    f"{path}:{sentence.line + offset}: tag {tag!r} is not O or {named} of the "
                     f"spec's labels {types}"
                 )

@@ -25,5 +25,6 @@ def local_file(root: Path | None, folder: str, name: str | None, field: str, tas
         )
     path = root / folder / name
     if not path.is_file():
-        raise DataError(f"task {task}: field 'data.{field}': data file not found: {path}")
+        name = field if "." in field else f"data.{field}"
+        raise DataError(f"task {task}: field '{name}': data file not found: {path}")
     return path

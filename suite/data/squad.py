@@ -18,7 +18,9 @@ import numpy as np
 
 from suite.data.cache import cached, tokenizer_fingerprint
 from suite.data.paths import local_file
+from suite.data.tables import read_text, text_lines
 from suite.errors import DataError
+from suite.provenance import file_sha256
 from suite.spec import TaskSpec
 
 EVAL_POOL_LABEL = "held-out SQuAD-train questions (not the official SQuAD dev set)"
@@ -37,43 +39,92 @@ class QAExample:
 def read_mrqa(path: Path) -> list[QAExample]:
     """MRQA JSONL: a header line, then one context per line with its questions."""
     examples = []
-    with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
+    for line_no, line in text_lines(read_text(path)):
+        if not line.strip():
+            continue
+        where = f"{path}:{line_no}"
+        try:
             row = json.loads(line)
-            if "header" in row:
-                continue
-            for qa in row["qas"]:
-                # MRQA's detected char spans are inclusive and may differ from answers[0]
-                # (e.g. without a leading "The"): they are the located target.
-                spans = [s for d in qa.get("detected_answers", []) for s in d["char_spans"]]
-                start = spans[0][0] if spans else row["context"].find(qa["answers"][0])
-                end = spans[0][1] + 1 if spans else start + len(qa["answers"][0])
-                if start < 0:
-                    raise DataError(
-                        f"{path}:{line_no}: answer of question {qa['id']} not found in its context"
-                    )
-                examples.append(
-                    QAExample(qa["id"], qa["question"], row["context"], tuple(qa["answers"]), start, end)
-                )
+        except json.JSONDecodeError as err:
+            raise DataError(f"{where}: not valid JSON ({err.msg})") from None
+        if isinstance(row, dict) and "header" in row:
+            continue
+        context = _get(row, "context", str, where)
+        for qa in _get(row, "qas", list, where):
+            examples.append(_mrqa_example(qa, context, where))
+    if not examples:
+        raise DataError(f"{path}: no examples")
     return examples
 
 
+def _mrqa_example(qa: Any, context: str, where: str) -> QAExample:
+    qid = _get(qa, "id", str, where)
+    where = f"{where}: question {qid!r}"
+    answers = _get(qa, "answers", list, where)
+    if not answers or not all(isinstance(a, str) for a in answers):
+        raise DataError(f"{where}: field 'answers': expected a non-empty list of strings")
+    # MRQA's detected char spans are inclusive and may differ from answers[0] (e.g. without a
+    # leading "The"): they are the located target.
+    try:
+        spans = [(int(s), int(e)) for d in qa.get("detected_answers", []) for s, e in d["char_spans"]]
+    except (KeyError, TypeError, ValueError):
+        raise DataError(
+            f"{where}: field 'detected_answers': expected char_spans [[start, end], ...]"
+        ) from None
+    start = spans[0][0] if spans else context.find(answers[0])
+    end = spans[0][1] + 1 if spans else start + len(answers[0])
+    if start < 0 or not start < end <= len(context):
+        raise DataError(f"{where}: answer {answers[0]!r} not found in its context")
+    return QAExample(qid, _get(qa, "question", str, where), context, tuple(answers), start, end)
+
+
 def read_squad_json(path: Path) -> list[QAExample]:
-    """SQuAD v1.1 JSON: data -> paragraphs -> qas."""
-    data = json.loads(path.read_text(encoding="utf-8"))["data"]
-    return [
-        QAExample(
-            qa["id"],
-            qa["question"],
-            p["context"],
-            tuple(a["text"] for a in qa["answers"]),
-            qa["answers"][0]["answer_start"],
-            qa["answers"][0]["answer_start"] + len(qa["answers"][0]["text"]),
-        )
-        for article in data
-        for p in article["paragraphs"]
-        for qa in p["qas"]
+    """SQuAD v1.1 JSON: data -> paragraphs -> qas; each answer must sit at its `answer_start`."""
+    try:
+        doc = json.loads(read_text(path))
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    examples = [
+        _squad_example(qa, _get(p, "context", str, f"{path}"), f"{path}")
+        for article in _get(doc, "data", list, f"{path}")
+        for p in _get(article, "paragraphs", list, f"{path}")
+        for qa in _get(p, "qas", list, f"{path}")
     ]
+    if not examples:
+        raise DataError(f"{path}: no examples")
+    return examples
+
+
+def _squad_example(qa: Any, context: str, where: str) -> QAExample:
+    qid = _get(qa, "id", str, where)
+    where = f"{where}: question {qid!r}"
+    answers = _get(qa, "answers", list, where)
+    if not answers:
+        raise DataError(f"{where}: field 'answers': no answer")
+    for answer in answers:
+        text, start = _get(answer, "text", str, where), _get(answer, "answer_start", int, where)
+        if not text or start < 0 or context[start : start + len(text)] != text:
+            raise DataError(f"{where}: answer {text!r} is not at answer_start {start} of its context")
+    first = answers[0]
+    return QAExample(
+        qid,
+        _get(qa, "question", str, where),
+        context,
+        tuple(a["text"] for a in answers),
+        first["answer_start"],
+        first["answer_start"] + len(first["text"]),
+    )
+
+
+def _get(obj: Any, key: str, kind: type, where: str) -> Any:
+    """obj[key], of the given type, or a one-line error naming where it is missing."""
+    if not isinstance(obj, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    value = obj.get(key)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        got = "nothing" if value is None else type(value).__name__
+        raise DataError(f"{where}: field {key!r}: expected {kind.__name__}, got {got}")
+    return value
 
 
 def read_qa(path: Path, fmt: str) -> list[QAExample]:
@@ -100,8 +151,10 @@ class QAData:
         )
         self.train: dict[str, list[QAExample]] = {}
         self.dev: list[QAExample] = []
+        self._current: list[QAExample] = []
+        self._current_file: str | None = None  # the training split file in use
 
-    def _train_split(self, size: int | str, split_seed: int) -> list[QAExample]:
+    def _train_split(self, size: int | str, split_seed: int) -> tuple[str, list[QAExample]]:
         if str(size) not in {str(s) for s in self.qa.train_sizes} or split_seed not in self.qa.split_seeds:
             raise DataError(
                 f"task {self.spec.name}: no few-shot split for size {size} and seed {split_seed} "
@@ -112,7 +165,7 @@ class QAData:
             path = local_file(self.root, self.spec.data.local, name, "train", self.spec.name)
             self.train[name] = read_qa(path, self.spec.data.format)
             self.sources[f"train:{name}"] = str(path)
-        return self.train[name]
+        return name, self.train[name]
 
     @property
     def num_labels(self) -> int:
@@ -120,12 +173,15 @@ class QAData:
 
     def train_indices(self, size: int | str, subsample_seed: int) -> np.ndarray:
         """The split file *is* the subsample: (size, seed) names it; returns its indices and
-        makes the held-out evaluation set for it."""
-        split = self._train_split(size, subsample_seed)
-        used = {e.id for e in split}
+        makes the held-out evaluation set: the pool minus every training split loaded so far.
+        Pre-flight loads every split of the plan first, so all trials of a study evaluate on
+        one set (otherwise split 42's and 43's sets differ and the subsample variance would
+        mix training data with evaluation-set changes)."""
+        name, split = self._train_split(size, subsample_seed)
+        used = {e.id for examples in self.train.values() for e in examples}
         limit = self.spec.eval_limit or len(self.pool)
         self.dev = [e for e in self.pool if e.id not in used][:limit]
-        self._current = split
+        self._current, self._current_file = split, name
         return np.arange(len(split))
 
     def dev_indices(self) -> np.ndarray:
@@ -141,6 +197,7 @@ class QAData:
             "ids": [examples[i].id for i in indices],
             "max_length": self.spec.max_length,
             "stride": self.qa.doc_stride,
+            "data": self._content_hashes(),
         }
 
         def build() -> list[dict[str, Any]]:
@@ -153,6 +210,14 @@ class QAData:
             return features
 
         return cached(key, build)
+
+    def _content_hashes(self) -> dict[str, str | None]:
+        """sha256 of the files behind the examples (the training split and the pool): an edited
+        file with the same question ids never reuses stale features."""
+        keys = [f"pool:{name}" for name in self.qa.eval_pool]
+        if self._current_file is not None:
+            keys.append(f"train:{self._current_file}")
+        return {key: file_sha256(self.sources[key]) for key in keys}
 
     def golds(self) -> list[list[str]]:
         return [list(e.answers) for e in self.dev]

@@ -47,7 +47,7 @@ class TaggingData:
         data = self.spec.data
         path = local_file(root, data.local, getattr(data, split), split, self.spec.name)
         sentences = read_conll(path, data.token_column, data.tag_column)
-        check_tags(sentences, self.spec.labels, path)
+        check_tags(sentences, self.spec.labels, path, data.tag_scheme)
         convert = TO_IOB2[data.tag_scheme]
         self.sentences[key] = [Sentence(s.tokens, convert(s.tags), s.document, s.line) for s in sentences]
         self.sources[key] = str(path)
