@@ -155,7 +155,8 @@ def summarize(records: Sequence[dict[str, Any]], seed: int = 0, resamples: int =
 
     Shape: {runs, failed, failure_rate, failure_kinds, pruned, errored,
       "all" | "excluding_failed": {n, median, iqr, mean, std, min, max, ci95_median, ci95_mean,
-          expected_max: {"1"|"5"|"10"|"20" (<= n): value}, expected_max_estimator},
+          expected_max: {"1"|"5"|"10"|"20" (<= n): value}, expected_max_std (its band),
+          expected_max_estimator, unit (what the intervals resample)},
       "excluding_failed"["intervals"]: {median, mean, std, iqr},
       "intervals": {median, mean, std, iqr, failure_rate}, each {estimate, ci95, unit, method},
       "seeds_needed": `seeds_needed` (None over several settings or < 2 scored runs),
@@ -179,7 +180,10 @@ def summarize(records: Sequence[dict[str, Any]], seed: int = 0, resamples: int =
         block["ci95_median"], block["ci95_mean"] = found["median"]["ci95"], found["mean"]["ci95"]
         curve = expected_max(values)
         block["expected_max"] = {str(p["n"]): p["mean"] for p in curve if p["n"] in (1, 5, 10, 20)}
+        # Its band: the std of the max of n runs drawn from ours (the curve's +-1 std).
+        block["expected_max_std"] = {str(p["n"]): p["std"] for p in curve if p["n"] in (1, 5, 10, 20)}
         block["expected_max_estimator"] = WITHOUT_REPLACEMENT
+        block["unit"] = found["median"]["unit"]
         if exclude:
             block["intervals"] = found
         else:
