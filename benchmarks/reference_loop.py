@@ -3,7 +3,7 @@ default classification head must agree with: Hugging Face's AutoModelForSequence
 the same recipe (AdamW with bias correction, eps 1e-6, decay on matrices only, linear warmup and
 decay, clipping at 1.0, fp32), the same subsample and the same seeds.
 
-    SUITE_DATA_DIR=../shared/data python benchmarks/reference_loop.py [tasks/sst2.yaml] [--size 500]
+    SUITE_DATA_DIR=../shared/data python benchmarks/reference_loop.py [tasks/sst2.yaml] [--size 200]
 
 Prints both score distributions over the seeds and a Mann-Whitney test between them.
 """
@@ -77,12 +77,12 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("task", nargs="?", default="tasks/sst2.yaml")
-    parser.add_argument("--size", type=int, default=500)
-    parser.add_argument("--seeds", type=int, default=6)
+    parser.add_argument("--size", type=int, default=200)
+    parser.add_argument("--seeds", type=int, default=5)
     args = parser.parse_args()
     spec = load_task(args.task)
     task = prepare_task(spec, data_dir(), load_tokenizer(spec.model))
-    hp = HParams(lr=5e-5, batch_size=16, epochs=3)
+    hp = HParams(lr=1e-4, batch_size=16, epochs=5)
     seeds = list(seed_grid(SeedSpec(repeats=args.seeds)))
     ours = [run_trial(task, spec.model, TrialPlan(args.size, hp, Seeds(*s)))["score"] for s in seeds]
     reference = [reference_score(task, spec.model, args.size, hp, s) for s in seeds]
