@@ -33,8 +33,9 @@ def check_planned_inputs(task: PreparedTask, sweep: SweepSpec, spec_path: str | 
                 )
             if len(data.features("train", indices)) == 0:
                 raise DataError(f"task {spec.name}: the training subsample (size {size}) has no examples")
-            if len(data.features("dev", data.dev_indices())) == 0:
-                raise DataError(f"task {spec.name}: the {spec.eval_split} set has no examples")
+    # Once, after every split is loaded: QA's evaluation set is the pool minus all of them.
+    if len(data.features("dev", data.dev_indices())) == 0:
+        raise DataError(f"task {spec.name}: the {spec.eval_split} set has no examples")
 
 
 def data_hashes(task: PreparedTask) -> dict[str, str | None]:
