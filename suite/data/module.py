@@ -8,7 +8,8 @@ from typing import Any
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
-from transformers.trainer_pt_utils import LengthGroupedSampler
+
+from suite.data.buckets import BucketBatchSampler
 
 
 class FeatureDataModule(L.LightningDataModule):
@@ -39,17 +40,10 @@ class FeatureDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         order = torch.Generator().manual_seed(self.order_seed)
         if self.group_by_length:
-            # Hugging Face's sampler: shuffled mega-batches, sorted by length inside, so batches
-            # hold similar lengths while order_seed still decides the order.
+            # Batches of near-equal lengths over the whole set, in an order order_seed decides.
             lengths = [len(f["input_ids"]) for f in self.train]
-            sampler = LengthGroupedSampler(self.batch_size, lengths=lengths, generator=order)
-            return DataLoader(
-                self.train,
-                batch_size=self.batch_size,
-                sampler=sampler,
-                generator=order,
-                collate_fn=self.collate,
-            )
+            batches = BucketBatchSampler(lengths, self.batch_size, order)
+            return DataLoader(self.train, batch_sampler=batches, generator=order, collate_fn=self.collate)
         return DataLoader(
             self.train, batch_size=self.batch_size, shuffle=True, generator=order, collate_fn=self.collate
         )
