@@ -30,10 +30,10 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 def _add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="benchmark data folder (default: $SUITE_DATA_DIR)")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads (in all)")
-    p.add_argument("--accelerator", help="Lightning accelerator for each trial (default cpu)")
-    p.add_argument("--devices", help="Lightning devices per trial, e.g. 2 or auto")
-    p.add_argument("--strategy", help="Lightning strategy per trial, e.g. ddp")
-    p.add_argument("--precision", help="Lightning precision (default 32-true; bf16 is ~20x slower on CPU)")
+    p.add_argument("--accelerator", help="cpu, gpu or auto (default: gpu when CUDA is present, else cpu)")
+    p.add_argument("--devices", help="devices per trial: 1 (use --workers N for N GPUs)")
+    p.add_argument("--strategy", help="Lightning strategy per trial: single-device only")
+    p.add_argument("--precision", help="Lightning precision (default bf16-mixed on GPU, 32-true on CPU)")
     p.add_argument("--offline", action="store_true", help="never contact the Hugging Face hub")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 

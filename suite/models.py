@@ -83,6 +83,13 @@ def load_encoder(name: str) -> PreTrainedModel:
     return copy.deepcopy(_PRETRAINED[target]).train()
 
 
+def drop_pooler(encoder: PreTrainedModel) -> None:
+    """Removes the checkpoint's pooler (dense + tanh over the first token) from an encoder whose
+    head does not read it: it is then neither computed nor handed to the optimizer."""
+    if getattr(encoder, "pooler", None) is not None:
+        encoder.pooler = None
+
+
 def model_identity(name: str) -> dict[str, str | None]:
     """What decides the weights a study trains from: a hub model's resolved commit, or the
     content hash of a local folder's config, weights and tokenizer files."""

@@ -17,6 +17,7 @@ import torch
 
 from suite import __version__
 from suite.data.paths import data_dir
+from suite.devices import resolve_trainer, worker_environment
 from suite.errors import SpecError, SuiteError
 from suite.leaderboard import write_leaderboard
 from suite.provenance import file_sha256, git_commit
@@ -61,7 +62,7 @@ def _int_size(text: str) -> int:
 
 
 def trainer_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Lightning Trainer options passed through to every trial (one trial may use several GPUs)."""
+    """Lightning Trainer options given on the command line (`resolve_trainer` completes them)."""
     names = ("accelerator", "devices", "strategy", "precision")
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
@@ -88,13 +89,14 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--workers", args.workers), ("--threads", args.threads)):
         if value < 1:
             raise SpecError(f"{flag}: expected a positive integer, got {value}")
+    trainer = resolve_trainer(trainer_options(args))
 
     tokenizer = load_tokenizer(model)
     load_encoder(model)  # fail on a bad model before any data work; the weights stay cached
     prepared = prepare_task(task, data_dir(args.data_dir), tokenizer)
     check_planned_inputs(prepared, sweep, task_path)
     threads = max(1, args.threads // args.workers)  # per worker: part of the study's identity
-    fingerprint = _fingerprint(prepared, sweep, model, threads, trainer_options(args))
+    fingerprint = _fingerprint(prepared, sweep, model, threads, trainer)
 
     folder = run_folder(Path(args.out), task, model)
     url = args.storage or sqlite_url(folder)
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                 **info,
                 "study": name,
                 "storage": public_url(url),
-                "trainer": trainer_options(args),
+                "trainer": trainer,
                 "threads": threads,
             },
         )
@@ -120,9 +122,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.workers == 1:
         torch.set_num_threads(threads)
-        run_worker(study, prepared, model, sweep, trainer_options(args), progress=not args.quiet)
+        run_worker(study, prepared, model, sweep, trainer, progress=not args.quiet)
     else:
-        spawn_workers(args, url, name, threads)
+        spawn_workers(args, url, name, threads, trainer)
     write_outputs(study, folder, task)
     return exit_status(study)
 
@@ -186,8 +188,11 @@ def exit_status(study: Any) -> int:
     return 0
 
 
-def spawn_workers(args: argparse.Namespace, url: str, name: str, threads: int) -> None:
-    """N local worker processes on the shared storage, each with its share of the CPU threads.
+def spawn_workers(
+    args: argparse.Namespace, url: str, name: str, threads: int, trainer: dict[str, Any]
+) -> None:
+    """N local worker processes on the shared storage, each with its share of the CPU threads
+    (or, on GPUs, its own device).
     A worker that dies leaves its trial to the others (its heartbeat stops); the study's state,
     not the workers' exit codes, decides the run's exit code."""
     command = [
@@ -205,9 +210,12 @@ def spawn_workers(args: argparse.Namespace, url: str, name: str, threads: int) -
     ]
     if args.data_dir:
         command += ["--data-dir", str(args.data_dir)]
-    for option, value in trainer_options(args).items():
+    for option, value in trainer.items():
         command += [f"--{option}", str(value)]
-    workers = [subprocess.Popen(command) for _ in range(args.workers)]
+    workers = [
+        subprocess.Popen(command, env={**os.environ, **worker_environment(i, trainer)})
+        for i in range(args.workers)
+    ]
     codes = [w.wait() for w in workers]
     if bad := [c for c in codes if c]:
         print(f"study {name}: {len(bad)} of {len(codes)} workers exited early (codes {bad})", file=sys.stderr)
@@ -272,7 +280,7 @@ def worker(args: argparse.Namespace) -> int:
     task, sweep = TaskSpec.model_validate(info["task"]), Sweep.model_validate(info["sweep"])
     prepared = prepare_task(task, data_dir(args.data_dir), load_tokenizer(info["model"]))
     check_planned_inputs(prepared, sweep, f"study {args.study}")
-    trainer = {**info.get("trainer", {}), **trainer_options(args)}
+    trainer = resolve_trainer({**info.get("trainer", {}), **trainer_options(args)})
     current = _fingerprint(prepared, sweep, info["model"], max(1, args.threads), trainer)
     check_same_study(study.user_attrs.get("fingerprint"), current, args.study, public_url(args.storage))
     run_worker(study, prepared, info["model"], sweep, trainer, progress=not args.quiet)

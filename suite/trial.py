@@ -16,6 +16,7 @@ import optuna
 import torch
 
 from suite.data.module import FeatureDataModule
+from suite.devices import resolve_trainer
 from suite.errors import SuiteError, TrialDiverged
 from suite.heads.registry import PreparedTask
 from suite.models import load_encoder
@@ -91,8 +92,15 @@ def run_trial(
         frame = traceback.extract_tb(err.__traceback__)[-1]
         where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
         record.update(outcome="errored", reason=f"error: {type(err).__name__}: {err} ({where})")
-    record["wall_time_s"] = round(time.perf_counter() - start, 3)
     _finish(task, record, module)
+    end = time.perf_counter()
+    record["wall_time_s"] = round(end - start, 3)
+    if "train_end" in record:  # the overhead of a trial: everything but training and evaluation
+        record["overhead_s"] = {
+            "to_first_step": round(record.pop("first_step") - start, 3),
+            "after_training": round(end - record.pop("train_end"), 3),
+        }
+    record.pop("first_step", None)
     return record
 
 
@@ -126,8 +134,9 @@ def _fit(
         group_by_length=plan.hparams.group_by_length,
     )
     record["module"] = module  # partial results survive a crash mid-training
-    options = {"accelerator": "cpu", "devices": 1, "precision": "32-true", **trainer_options}
-    callbacks = [PruneOnEpoch(pruning_trial, task.spec.metric.main)] if pruning_trial is not None else []
+    options = record["trainer"] = resolve_trainer(trainer_options)
+    clock = StepClock(record)
+    callbacks = [clock, PruneOnEpoch(pruning_trial, task.spec.metric.main)] if pruning_trial else [clock]
     trainer = L.Trainer(
         max_epochs=record.setdefault("epochs_run", plan.hparams.epochs_for(len(train))),
         check_val_every_n_epoch=record.setdefault("eval_every", plan.hparams.eval_every(len(train))),
@@ -142,6 +151,20 @@ def _fit(
     )
     trainer.fit(module, datamodule=datamodule)
     return module
+
+
+class StepClock(L.Callback):
+    """Notes when the first training step starts and when training (with its last dev
+    evaluation) ends, so a record tells its per-trial overhead apart from its compute."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+
+    def on_train_batch_start(self, trainer: L.Trainer, module: Any, batch: Any, batch_idx: int) -> None:
+        self.record.setdefault("first_step", time.perf_counter())
+
+    def on_train_end(self, trainer: L.Trainer, module: Any) -> None:
+        self.record["train_end"] = time.perf_counter()
 
 
 class PruneOnEpoch(L.Callback):

@@ -85,3 +85,27 @@ def test_classifier_field_reaches_every_trial(tiny_models, tiny_task: Path) -> N
     tiny_task.write_text(tiny_task.read_text().replace("classifier: cls", "classifier: mlp"))
     with pytest.raises(SpecError, match="field 'classifier'"):
         load_task(tiny_task)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("classifier", ["auto", "cls"])
+def test_every_trained_parameter_gets_a_gradient(arch: str, classifier: str, tiny_models) -> None:  # noqa: ANN001
+    """Nothing is computed or optimised that the loss does not read: a pretrained pooler the
+    head ignores (RoBERTa's and ELECTRA's reference heads, the `cls` head) is dropped."""
+    import torch
+
+    from suite.heads.classification import ClassificationModule
+    from suite.models import load_encoder
+
+    encoder = load_encoder(str(tiny_models[arch]))
+    module = ClassificationModule(encoder, HP, 2, ["accuracy"], classifier=classifier)
+    batch = {
+        "input_ids": torch.tensor([[5, 6, 7, 8, 0], [5, 9, 10, 11, 12]]),
+        "attention_mask": torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]),
+        "labels": torch.tensor([0, 1]),
+    }
+    module.loss(batch).backward()
+    idle = [name for name, p in module.named_parameters() if p.requires_grad and p.grad is None]
+    assert idle == []
+    uses_pooler = classifier == "auto" and arch in ("bert", "albert")
+    assert (getattr(module.encoder, "pooler", None) is not None) == uses_pooler

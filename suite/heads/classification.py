@@ -25,7 +25,7 @@ from transformers import AutoModelForSequenceClassification, PreTrainedModel
 from suite.errors import SpecError
 from suite.heads.base import EncoderModule
 from suite.metrics import classification_scores
-from suite.models import encoder_inputs
+from suite.models import drop_pooler, encoder_inputs
 from suite.sweep import HParams
 
 Classifier = Literal["auto", "pooler", "cls"]
@@ -37,6 +37,8 @@ def reference_model(encoder: PreTrainedModel, num_outputs: int) -> PreTrainedMod
     config = copy.deepcopy(encoder.config)
     config.num_labels = num_outputs
     model = AutoModelForSequenceClassification.from_config(config)
+    if getattr(getattr(model, model.base_model_prefix), "pooler", None) is None:
+        drop_pooler(encoder)  # the family's head reads the last hidden states (RoBERTa, ELECTRA)
     setattr(model, model.base_model_prefix, encoder)  # the pretrained encoder (and pooler)
     return model
 
@@ -66,6 +68,8 @@ class ClassificationModule(EncoderModule):
                     f"field 'classifier': pooler needs a checkpoint with a pretrained pooler; "
                     f"{type(encoder).__name__} has none (use auto or cls)"
                 )
+            if classifier == "cls":
+                drop_pooler(encoder)
             self.dropout = nn.Dropout(self.head_dropout)
             self.classifier = nn.Linear(self.hidden_size, outputs)
             # BERT's initializer (normal, std 0.02); drawn from the RNG seeded with init_seed.

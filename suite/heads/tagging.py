@@ -23,6 +23,7 @@ from transformers import PreTrainedModel
 
 from suite.data.tagging import IGNORE
 from suite.heads.base import EncoderModule
+from suite.models import drop_pooler
 from suite.sweep import HParams
 
 Scorer = Callable[[list[tuple[int, int, list[int]]]], tuple[dict[str, float], dict[str, list]]]
@@ -71,6 +72,7 @@ class TaggingModule(EncoderModule):
         self, encoder: PreTrainedModel, hparams: HParams, tags: list[str], scorer: Scorer, crf: bool = False
     ) -> None:
         super().__init__(encoder, hparams)
+        drop_pooler(encoder)  # this head reads the per-token states only
         self.dropout = nn.Dropout(self.head_dropout)
         self.classifier = nn.Linear(self.hidden_size, len(tags))
         nn.init.normal_(self.classifier.weight, std=0.02)

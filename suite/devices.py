@@ -1,0 +1,53 @@
+"""Where trials run: CPU in fp32, or one CUDA device per worker in bf16-mixed.
+
+A study scales over GPUs the way sweeps do, by workers (one per GPU), not by spreading one small
+trial over several devices: a multi-device trial would need planning in one rank only, the order
+seed in the distributed sampler and predictions gathered across ranks, for no gain at these sizes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from suite.errors import SpecError
+
+_CPU = ("cpu",)
+_GPU = ("gpu", "cuda")
+
+
+def resolve_trainer(options: dict[str, Any]) -> dict[str, Any]:
+    """The Lightning options every trial of a study runs with, made explicit (they are part of
+    the study's fingerprint): `auto` or nothing -> CUDA when present, else CPU; precision
+    bf16-mixed on a GPU that supports it (fp32 elsewhere: bf16 autocast is ~20x slower on CPU)."""
+    accelerator = str(options.get("accelerator") or "auto").lower()
+    if accelerator == "auto":
+        accelerator = "gpu" if torch.cuda.is_available() else "cpu"
+    if accelerator not in _CPU + _GPU:
+        raise SpecError(f"--accelerator: expected cpu, gpu or auto, got {accelerator!r}")
+    if accelerator in _GPU and not torch.cuda.is_available():
+        raise SpecError("--accelerator gpu: no CUDA device is visible on this machine")
+    devices = str(options.get("devices", 1))
+    if devices != "1":
+        raise SpecError(
+            f"--devices {devices}: a trial runs on one device; use --workers N to run N trials at once "
+            "(one worker per GPU)"
+        )
+    if options.get("strategy") not in (None, "auto", "single_device"):
+        raise SpecError(f"--strategy {options['strategy']}: a trial runs on one device (use --workers)")
+    gpu = accelerator in _GPU
+    default_precision = "bf16-mixed" if gpu and torch.cuda.is_bf16_supported() else "32-true"
+    return {
+        "accelerator": "gpu" if gpu else "cpu",
+        "devices": 1,
+        "precision": str(options.get("precision") or default_precision),
+    }
+
+
+def worker_environment(index: int, trainer: dict[str, Any]) -> dict[str, str]:
+    """Environment variables for local worker `index`: on GPUs, pins it to one device (round
+    robin when there are more workers than devices)."""
+    if trainer.get("accelerator") != "gpu":
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": str(index % max(1, torch.cuda.device_count()))}
