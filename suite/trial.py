@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import resource
 import time
 import traceback
 import warnings
@@ -95,6 +96,8 @@ def run_trial(
     _finish(task, record, module)
     end = time.perf_counter()
     record["wall_time_s"] = round(end - start, 3)
+    # The process's peak resident memory so far (Linux: KiB): a leak shows as growth over trials.
+    record["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     if "train_end" in record:  # the overhead of a trial: everything but training and evaluation
         record["overhead_s"] = {
             "to_first_step": round(record.pop("first_step") - start, 3),
