@@ -26,13 +26,23 @@ from suite.study import public_url
 from suite.sweep import SweepSpec
 
 
-def resolve_sweep_path(task_path: Path, sweep: str) -> Path:
-    """A task's `sweep:` is relative to the working directory, else to the task's repo root."""
-    candidates = [Path(sweep), task_path.resolve().parent.parent / sweep]
-    found = next((p for p in candidates if p.is_file()), None)
-    if found is None:
-        raise SpecError(f"{task_path}: field 'sweep': sweep file not found: {sweep}")
-    return found
+def load_specs(args: argparse.Namespace) -> tuple[Path, TaskSpec, SweepSpec]:
+    """The task (a file or a name) and its sweep, with the profile, `--set` overrides, `--size`,
+    `--seeds` and `--eval-split` applied and validated: what `run` and `plan` use."""
+    from suite.overrides import parse_sets
+    from suite.resources import resolve, resolve_sweep_path
+
+    task_sets, sweep_sets = parse_sets(args.set)
+    task_path = resolve(args.task, "tasks", "task")
+    task = load_task(task_path, args.profile, task_sets)
+    sweep_path = (
+        resolve(args.sweep, "sweeps", "--sweep") if args.sweep else resolve_sweep_path(task_path, task.sweep)
+    )
+    sweep = load_sweep(sweep_path, args.profile, sweep_sets)
+    task, sweep = apply_overrides(task, sweep, args.size, args.seeds)
+    if args.eval_split:
+        task = TaskSpec.model_validate({**task.model_dump(), "eval_split": args.eval_split})
+    return task_path, task, sweep
 
 
 def apply_overrides(
@@ -77,13 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from suite.preflight import check_planned_inputs, check_writable, make_run_folder
     from suite.study import enqueue_plan, open_storage, run_folder, sqlite_url
 
-    task_path = Path(args.task)
-    task = load_task(task_path, args.profile)
-    sweep_path = Path(args.sweep) if args.sweep else resolve_sweep_path(task_path, task.sweep)
-    sweep = load_sweep(sweep_path, args.profile)
-    task, sweep = apply_overrides(task, sweep, args.size, args.seeds)
-    if args.eval_split:
-        task = TaskSpec.model_validate({**task.model_dump(), "eval_split": args.eval_split})
+    task_path, task, sweep = load_specs(args)
     model = args.model or task.model
     for flag, value in (("--workers", args.workers), ("--threads", args.threads)):
         if value < 1:
