@@ -17,131 +17,45 @@ import torch
 
 from suite import __version__
 from suite.data.paths import data_dir
-from suite.errors import SpecError, SuiteError
+from suite.errors import SuiteError
 from suite.leaderboard import write_leaderboard
+from suite.prepare import fingerprint_of, setup_study, trainer_options
 from suite.provenance import file_sha256, git_commit
-from suite.spec import TaskSpec, load_sweep, load_task, spec_hash
+from suite.spec import TaskSpec, spec_hash
 from suite.statistics import summarize
 from suite.study import public_url
 from suite.sweep import SweepSpec
-
-
-def load_specs(args: argparse.Namespace) -> tuple[Path, TaskSpec, SweepSpec]:
-    """The task (a file or a name) and its sweep, with the profile, `--set` overrides, `--size`,
-    `--seeds` and `--eval-split` applied and validated: what `run` and `plan` use."""
-    from suite.overrides import parse_sets
-    from suite.resources import resolve, resolve_sweep_path
-
-    task_sets, sweep_sets = parse_sets(args.set)
-    task_path = resolve(args.task, "tasks", "task")
-    task = load_task(task_path, args.profile, task_sets)
-    sweep_path = (
-        resolve(args.sweep, "sweeps", "--sweep") if args.sweep else resolve_sweep_path(task_path, task.sweep)
-    )
-    sweep = load_sweep(sweep_path, args.profile, sweep_sets)
-    task, sweep = apply_overrides(task, sweep, args.size, args.seeds)
-    if args.eval_split:
-        task = TaskSpec.model_validate({**task.model_dump(), "eval_split": args.eval_split})
-    return task_path, task, sweep
-
-
-def apply_overrides(
-    task: TaskSpec, sweep: SweepSpec, sizes: list[str] | None, seeds: int | None
-) -> tuple[TaskSpec, SweepSpec]:
-    """`--size` and `--seeds` re-validated through the schema, like any other input."""
-    if sizes:
-        parsed = [s if s == "full" else _int_size(s) for s in sizes]
-        task = TaskSpec.model_validate({**task.model_dump(), "sizes": parsed})
-    if seeds is not None:
-        if seeds < 1:
-            raise SpecError(f"--seeds: expected a positive integer, got {seeds}")
-        key = {"crossed": {"init": seeds, "order": seeds}}.get(sweep.seeds.design, {"repeats": seeds})
-        sweep = sweep.model_copy(update={"seeds": sweep.seeds.model_copy(update=key)})
-    return task, sweep
-
-
-def _int_size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise SpecError(f"--size: expected an integer or 'full', got {text!r}") from None
-    if value < 2:
-        raise SpecError(f"--size: expected at least 2 examples, got {value}")
-    return value
-
-
-def trainer_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Lightning Trainer options passed through to every trial (one trial may use several GPUs)."""
-    names = ("accelerator", "devices", "strategy", "precision")
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
 
 def run(args: argparse.Namespace) -> int:
     """Check every input, plan the study into its storage (or resume it when its fingerprint
     matches), run it with local workers, write the outputs. Returns the exit code: 0 when every
     planned trial ended as a run, 1 when some trial is still errored or unfinished."""
-    if args.offline:
-        os.environ["HF_HUB_OFFLINE"] = "1"
-    from suite.heads.registry import prepare_task
-    from suite.models import load_encoder, load_tokenizer
-    from suite.preflight import check_planned_inputs, check_writable, make_run_folder
-    from suite.study import enqueue_plan, open_storage, run_folder, sqlite_url
+    from suite.preflight import check_writable, make_run_folder
+    from suite.study import enqueue_plan, open_storage
 
-    task_path, task, sweep = load_specs(args)
-    model = args.model or task.model
-    for flag, value in (("--workers", args.workers), ("--threads", args.threads)):
-        if value < 1:
-            raise SpecError(f"{flag}: expected a positive integer, got {value}")
-
-    tokenizer = load_tokenizer(model)
-    load_encoder(model)  # fail on a bad model before any data work; the weights stay cached
-    prepared = prepare_task(task, data_dir(args.data_dir), tokenizer)
-    check_planned_inputs(prepared, sweep, task_path)
-    threads = max(1, args.threads // args.workers)  # per worker: part of the study's identity
-    fingerprint = _fingerprint(prepared, sweep, model, threads, trainer_options(args))
-
-    folder = run_folder(Path(args.out), task, model)
-    url = args.storage or sqlite_url(folder)
+    s = setup_study(args)
+    task, sweep, folder, url, name = s.task, s.sweep, s.folder, s.url, s.name
     storage = open_storage(url) if args.storage else None  # reachable before anything is written
     check_writable(folder)
     make_run_folder(folder)
     storage = storage or open_storage(url)
-    name = args.study or f"{task.name}|{model}|{sweep.name}|{args.profile}"
-    study = _open_or_resume(storage, name, sweep, task, fingerprint, folder)
+    study = _open_or_resume(storage, name, sweep, task, s.fingerprint, folder)
     if "run_info" not in study.user_attrs:  # the study's creation is its provenance
-        info = run_info(task, sweep, args.profile, model, prepared)
+        info = run_info(task, sweep, args.profile, s.model, s.prepared)
         study.set_user_attr(
             "run_info",
-            {
-                **info,
-                "study": name,
-                "storage": public_url(url),
-                "trainer": trainer_options(args),
-                "threads": threads,
-            },
+            {**info, "study": name, "storage": public_url(url), "trainer": s.trainer, "threads": s.threads},
         )
     enqueue_plan(study, task, sweep)
 
     if args.workers == 1:
-        torch.set_num_threads(threads)
-        run_worker(study, prepared, model, sweep, trainer_options(args), progress=not args.quiet)
+        torch.set_num_threads(s.threads)
+        run_worker(study, s.prepared, s.model, sweep, s.trainer, progress=not args.quiet)
     else:
-        spawn_workers(args, url, name, threads)
+        spawn_workers(args, url, name, s.threads)
     write_outputs(study, folder, task)
     return exit_status(study)
-
-
-def _fingerprint(
-    prepared: Any, sweep: SweepSpec, model: str, threads: int, trainer: dict[str, Any]
-) -> dict[str, Any]:
-    from suite.fingerprint import study_fingerprint
-    from suite.models import model_identity
-    from suite.preflight import data_hashes
-
-    task = prepared.spec.model_dump(mode="json")
-    return study_fingerprint(
-        task, sweep.model_dump(mode="json"), model_identity(model), data_hashes(prepared), threads, trainer
-    )
 
 
 def _open_or_resume(
@@ -277,7 +191,7 @@ def worker(args: argparse.Namespace) -> int:
     prepared = prepare_task(task, data_dir(args.data_dir), load_tokenizer(info["model"]))
     check_planned_inputs(prepared, sweep, f"study {args.study}")
     trainer = {**info.get("trainer", {}), **trainer_options(args)}
-    current = _fingerprint(prepared, sweep, info["model"], max(1, args.threads), trainer)
+    current = fingerprint_of(prepared, sweep, info["model"], max(1, args.threads), trainer)
     check_same_study(study.user_attrs.get("fingerprint"), current, args.study, public_url(args.storage))
     run_worker(study, prepared, info["model"], sweep, trainer, progress=not args.quiet)
     return 0

@@ -153,17 +153,23 @@ def _record(trial: optuna.trial.FrozenTrial) -> dict[str, Any] | None:
     return None
 
 
-def enqueue_plan(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> int:
-    """Queue every planned trial the storage does not hold as a run, queued or running trial
-    (an errored trial is planned again: a rerun after a fix continues); returns how many."""
-    trials = study.get_trials(deepcopy=False)
-    held = {
+def held_keys(trials: list[optuna.trial.FrozenTrial]) -> set[str]:
+    """Planned keys the storage holds as a run, a queued or a running trial (not as an errored
+    one: a rerun plans it again)."""
+    return {
         t.user_attrs.get("key")
         for t in trials
         if t.state in (TrialState.WAITING, TrialState.RUNNING)
         or (r := _record(t)) is not None
         and outcome(r) != "errored"
     }
+
+
+def enqueue_plan(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> int:
+    """Queue every planned trial the storage does not hold as a run, queued or running trial
+    (an errored trial is planned again: a rerun after a fix continues); returns how many."""
+    trials = study.get_trials(deepcopy=False)
+    held = held_keys(trials)
     if sweep.adaptive:  # TPE's settings exist only in the storage: re-queue their errored trials
         plans = [(t.user_attrs["setting"], t.user_attrs) for t in trials if "key" in t.user_attrs]
         todo = {a["key"]: (v, a) for v, a in plans if a["key"] not in held}
