@@ -49,7 +49,8 @@ def plan(args: argparse.Namespace) -> int:
 
 
 def _label(values: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in values.items()) or "(fixed)"
+    text = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+    return text or "(fixed)"
 
 
 def describe_plan(s: StudySetup, plans: list[TrialPlan]) -> str:
@@ -99,11 +100,13 @@ def storage_report(s: StudySetup, keys: set[str]) -> tuple[str, str | None, set[
             check_same_study(stored, s.fingerprint, s.name, where)
         except SuiteError as err:
             refusal = str(err)
-    held = held_keys(trials) & keys
-    ended = {k for k, r in finished_records(study).items() if outcome(r) != "errored"} & keys
+    # TPE's settings exist only in the storage: its stand-in keys never match, so count trials.
+    held = held_keys(trials) if s.sweep.adaptive else held_keys(trials) & keys
+    ended = {k for k, r in finished_records(study).items() if outcome(r) != "errored"} & held
     line = (
         f"storage: {where} holds {len(held)} of the {len(keys)} planned trials "
-        f"({len(ended)} ended as runs, {len(held - ended)} queued or running); {len(keys - held)} to run"
+        f"({len(ended)} ended as runs, {len(held - ended)} queued or running); "
+        f"{max(0, len(keys) - len(held))} to run"
     )
     return line, refusal, held
 
@@ -136,13 +139,15 @@ def estimate(s: StudySetup, plans: list[TrialPlan], workers: int, held: set[str]
         )
         row.update(n=n, steps=steps, trials=row["trials"] + 1, seconds=row["seconds"] + seconds)
         todo += 0.0 if p.key in held else seconds
+    if s.sweep.adaptive:  # stand-in settings: scale the whole plan by the share still to run
+        todo = sum(r["seconds"] for r in rows.values()) * max(0, len(plans) - len(held)) / len(plans)
     lines = [f"{'size':>6s}  {'setting':30s} {'n_train':>7s} {'steps':>6s} {'trials':>6s}  est. per trial"]
     for (size, setting), r in sorted(rows.items(), key=lambda kv: (_size_order(kv[0][0]), kv[0][1])):
         per_trial = _duration(r["seconds"] / r["trials"])
         lines.append(f"{size:>6s}  {setting:30s} {r['n']:7d} {r['steps']:6d} {r['trials']:6d}  {per_trial}")
     calibrated = ", ".join(f"batch {bs}: {t:.2f} s/step" for bs, (t, _) in sorted(step_s.items()))
     lines.append(
-        f"estimate: ~{_duration(todo / workers)} for the {len(plans) - len(held)} trials to run on "
+        f"estimate: ~{_duration(todo / workers)} for the {max(0, len(plans) - len(held))} trials to run on "
         f"{workers} worker(s) x {s.threads} threads ({TIMED_STEPS} timed training steps per batch "
         f"size: {calibrated}; dev batch of {EVAL_BATCH}: {eval_s:.2f} s)"
     )
