@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 DATA    ?= $(or $(SUITE_DATA_DIR),../shared/data)
-TASK    ?= tasks/rte.yaml
+TASK    ?= tasks/ner.yaml
 PROFILE ?= default
 
 $(BIN)/suite: pyproject.toml

@@ -1,4 +1,4 @@
-"""Command line: `python -m suite run|validate|list`."""
+"""Command line: `python -m suite run|plan|validate|list|...`."""
 
 from __future__ import annotations
 
@@ -9,13 +9,20 @@ from pathlib import Path
 
 from suite.errors import SuiteError
 
-REPO = Path(__file__).resolve().parent.parent
+SET_HELP = (
+    "override a field, the value read as YAML: task fields by path (sizes=[100], data.tag_scheme=iob2), "
+    "sweep fields under sweep. (sweep.hparams.lr=1e-4); repeatable"
+)
+
+
+def _add_set_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", action="append", metavar="PATH=VALUE", help=SET_HELP)
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("task", help="task YAML, e.g. tasks/rte.yaml")
+    p.add_argument("task", help="a task name (suite list) or YAML file, e.g. ner or tasks/ner.yaml")
     p.add_argument("--model", help="alias, local folder or hub id (default: the task's model)")
-    p.add_argument("--sweep", help="sweep YAML (default: the task's sweep)")
+    p.add_argument("--sweep", help="a sweep name or YAML file (default: the task's sweep)")
     p.add_argument("--profile", default="default", help="smoke | default | full (from the YAML)")
     p.add_argument("--out", default="runs", help="runs folder (default: runs)")
     p.add_argument("--size", action="append", help="small-data size(s) instead of the task's")
@@ -24,6 +31,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage", help="Optuna storage URL (default: sqlite study.db in the run folder)")
     p.add_argument("--study", help="study name (default: task|model|sweep|profile)")
     p.add_argument("--workers", type=int, default=1, help="local worker processes sharing the storage")
+    _add_set_arg(p)
     _add_common_args(p)
 
 
@@ -42,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="suite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_args(sub.add_parser("run", help="run a task's study end to end"))
+    _add_run_args(sub.add_parser("plan", help="planned trials, how many the storage holds, estimated time"))
     work = sub.add_parser("worker", help="join a running study and run trials until it is done")
     work.add_argument("--storage", required=True, help="the study's Optuna storage URL")
     work.add_argument("--study", required=True, help="the study name (`suite run` prints it)")
@@ -53,7 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--all", action="store_true", help="every study in the storage")
     export.add_argument("-o", "--output", default="trials.jsonl", help=".jsonl or .csv")
     validate = sub.add_parser("validate", help="check task and sweep YAMLs (every profile)")
-    validate.add_argument("paths", nargs="*", help="YAML files (default: tasks/ and sweeps/)")
+    validate.add_argument(
+        "paths",
+        nargs="*",
+        help="YAML files, folders or names (default: ./tasks and ./sweeps, else the shipped)",
+    )
+    _add_set_arg(validate)
     sub.add_parser("list", help="list tasks, models and sweeps")
     board = sub.add_parser("leaderboard", help="merge run folders into one leaderboard JSON")
     board.add_argument("runs", nargs="+", help="run folders (runs/<task>/<model>)")
@@ -76,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             from suite.runner import run
 
             return run(args)
+        elif args.command == "plan":
+            from suite.plan import plan
+
+            return plan(args)
         elif args.command == "worker":
             from suite.runner import worker
 
@@ -85,8 +103,13 @@ def main(argv: list[str] | None = None) -> int:
 
             export(args)
         elif args.command == "validate":
-            return validate(args.paths)
+            from suite.catalog import validate
+            from suite.overrides import parse_sets
+
+            return validate(args.paths, parse_sets(args.set))
         elif args.command == "list":
+            from suite.catalog import list_all
+
             list_all()
         elif args.command == "leaderboard":
             from suite.leaderboard import write_leaderboard
@@ -123,50 +146,3 @@ def compare_command(args: argparse.Namespace) -> None:
 
         compare_runs(a, b, labels, metric).savefig(args.plot, dpi=120)
         print(f"wrote {args.plot}")
-
-
-def _yaml_files(paths: list[str]) -> list[Path]:
-    if paths:
-        return [Path(p) for p in paths]
-    return sorted((REPO / "tasks").glob("*.yaml")) + sorted((REPO / "sweeps").glob("*.yaml"))
-
-
-def validate(paths: list[str]) -> int:
-    from suite.spec import load_sweep, load_task, profile_names, read_yaml
-
-    bad = 0
-    for path in _yaml_files(paths):
-        try:
-            raw = read_yaml(path)
-            is_task = "head" in raw or "data" in raw
-            load = load_task if is_task else load_sweep
-            load(path, None)
-            for profile in profile_names(path):
-                load(path, profile)
-            print(f"ok    {path}")
-        except SuiteError as err:
-            print(f"error: {err}", file=sys.stderr)
-            bad += 1
-    return 2 if bad else 0
-
-
-def list_all() -> None:
-    from suite.models import ALIASES
-    from suite.spec import load_sweep, load_task
-
-    print("tasks:")
-    for path in sorted((REPO / "tasks").glob("*.yaml")):
-        t = load_task(path, None)
-        sizes = ", ".join(map(str, t.sizes))
-        print(f"  {path.relative_to(REPO)}  {t.head}  {t.metric.main}  sizes [{sizes}]")
-    print("models:")
-    for alias, target in ALIASES.items():
-        print(f"  {alias}  {'bundled offline model' if callable(target) else target}")
-    print("sweeps:")
-    for path in sorted((REPO / "sweeps").glob("*.yaml")):
-        s = load_sweep(path, None)
-        searched = ", ".join(s.space) or "one setting"
-        seeds = s.seeds
-        crossed = seeds.design == "crossed"
-        design = f"{seeds.init}x{seeds.order} crossed" if crossed else f"{seeds.repeats} repeats"
-        print(f"  {path.relative_to(REPO)}  {s.sampler.type}: {searched}; seeds {design}")

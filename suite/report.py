@@ -1,4 +1,4 @@
-"""`suite report RUN_DIR`: fill the analysis/ notebook template, execute it headless with a
+"""`suite report RUN_DIR`: fill the shipped analysis/ notebook template, execute it headless with a
 Jupyter kernel (nbclient), and save the executed .ipynb and an HTML export next to the results."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from suite.errors import SuiteError
+from suite.resources import shipped_dir
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "analysis" / "variance_report.ipynb"
+TEMPLATE = shipped_dir("analysis") / "variance_report.ipynb"  # shipped inside the wheel too
 
 
 def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) -> tuple[Path, Path]:

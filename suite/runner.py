@@ -18,128 +18,45 @@ import torch
 from suite import __version__
 from suite.data.paths import data_dir
 from suite.devices import resolve_trainer, worker_environment
-from suite.errors import SpecError, SuiteError
+from suite.errors import SuiteError
 from suite.leaderboard import write_leaderboard
+from suite.prepare import fingerprint_of, setup_study, trainer_options
 from suite.provenance import file_sha256, git_commit
-from suite.spec import TaskSpec, load_sweep, load_task, spec_hash
+from suite.spec import TaskSpec, spec_hash
 from suite.statistics import summarize
 from suite.study import public_url
 from suite.sweep import SweepSpec
-
-
-def resolve_sweep_path(task_path: Path, sweep: str) -> Path:
-    """A task's `sweep:` is relative to the working directory, else to the task's repo root."""
-    candidates = [Path(sweep), task_path.resolve().parent.parent / sweep]
-    found = next((p for p in candidates if p.is_file()), None)
-    if found is None:
-        raise SpecError(f"{task_path}: field 'sweep': sweep file not found: {sweep}")
-    return found
-
-
-def apply_overrides(
-    task: TaskSpec, sweep: SweepSpec, sizes: list[str] | None, seeds: int | None
-) -> tuple[TaskSpec, SweepSpec]:
-    """`--size` and `--seeds` re-validated through the schema, like any other input."""
-    if sizes:
-        parsed = [s if s == "full" else _int_size(s) for s in sizes]
-        task = TaskSpec.model_validate({**task.model_dump(), "sizes": parsed})
-    if seeds is not None:
-        if seeds < 1:
-            raise SpecError(f"--seeds: expected a positive integer, got {seeds}")
-        key = {"crossed": {"init": seeds, "order": seeds}}.get(sweep.seeds.design, {"repeats": seeds})
-        sweep = sweep.model_copy(update={"seeds": sweep.seeds.model_copy(update=key)})
-    return task, sweep
-
-
-def _int_size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise SpecError(f"--size: expected an integer or 'full', got {text!r}") from None
-    if value < 2:
-        raise SpecError(f"--size: expected at least 2 examples, got {value}")
-    return value
-
-
-def trainer_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Lightning Trainer options given on the command line (`resolve_trainer` completes them)."""
-    names = ("accelerator", "devices", "strategy", "precision")
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
 
 def run(args: argparse.Namespace) -> int:
     """Check every input, plan the study into its storage (or resume it when its fingerprint
     matches), run it with local workers, write the outputs. Returns the exit code: 0 when every
     planned trial ended as a run, 1 when some trial is still errored or unfinished."""
-    if args.offline:
-        os.environ["HF_HUB_OFFLINE"] = "1"
-    from suite.heads.registry import prepare_task
-    from suite.models import load_encoder, load_tokenizer
-    from suite.preflight import check_planned_inputs, check_writable, make_run_folder
-    from suite.study import enqueue_plan, open_storage, run_folder, sqlite_url
+    from suite.preflight import check_writable, make_run_folder
+    from suite.study import enqueue_plan, open_storage
 
-    task_path = Path(args.task)
-    task = load_task(task_path, args.profile)
-    sweep_path = Path(args.sweep) if args.sweep else resolve_sweep_path(task_path, task.sweep)
-    sweep = load_sweep(sweep_path, args.profile)
-    task, sweep = apply_overrides(task, sweep, args.size, args.seeds)
-    if args.eval_split:
-        task = TaskSpec.model_validate({**task.model_dump(), "eval_split": args.eval_split})
-    model = args.model or task.model
-    for flag, value in (("--workers", args.workers), ("--threads", args.threads)):
-        if value < 1:
-            raise SpecError(f"{flag}: expected a positive integer, got {value}")
-    trainer = resolve_trainer(trainer_options(args))
-
-    tokenizer = load_tokenizer(model)
-    load_encoder(model)  # fail on a bad model before any data work; the weights stay cached
-    prepared = prepare_task(task, data_dir(args.data_dir), tokenizer)
-    check_planned_inputs(prepared, sweep, task_path)
-    threads = max(1, args.threads // args.workers)  # per worker: part of the study's identity
-    fingerprint = _fingerprint(prepared, sweep, model, threads, trainer)
-
-    folder = run_folder(Path(args.out), task, model)
-    url = args.storage or sqlite_url(folder)
+    s = setup_study(args)
+    task, sweep, folder, url, name = s.task, s.sweep, s.folder, s.url, s.name
     storage = open_storage(url) if args.storage else None  # reachable before anything is written
     check_writable(folder)
     make_run_folder(folder)
     storage = storage or open_storage(url)
-    name = args.study or f"{task.name}|{model}|{sweep.name}|{args.profile}"
-    study = _open_or_resume(storage, name, sweep, task, fingerprint, folder)
+    study = _open_or_resume(storage, name, sweep, task, s.fingerprint, folder)
     if "run_info" not in study.user_attrs:  # the study's creation is its provenance
-        info = run_info(task, sweep, args.profile, model, prepared)
+        info = run_info(task, sweep, args.profile, s.model, s.prepared)
         study.set_user_attr(
             "run_info",
-            {
-                **info,
-                "study": name,
-                "storage": public_url(url),
-                "trainer": trainer,
-                "threads": threads,
-            },
+            {**info, "study": name, "storage": public_url(url), "trainer": s.trainer, "threads": s.threads},
         )
     enqueue_plan(study, task, sweep)
 
     if args.workers == 1:
-        torch.set_num_threads(threads)
-        run_worker(study, prepared, model, sweep, trainer, progress=not args.quiet)
+        torch.set_num_threads(s.threads)
+        run_worker(study, s.prepared, s.model, sweep, s.trainer, progress=not args.quiet)
     else:
-        spawn_workers(args, url, name, threads, trainer)
+        spawn_workers(args, url, name, s.threads, s.trainer)
     write_outputs(study, folder, task)
     return exit_status(study)
-
-
-def _fingerprint(
-    prepared: Any, sweep: SweepSpec, model: str, threads: int, trainer: dict[str, Any]
-) -> dict[str, Any]:
-    from suite.fingerprint import study_fingerprint
-    from suite.models import model_identity
-    from suite.preflight import data_hashes
-
-    task = prepared.spec.model_dump(mode="json")
-    return study_fingerprint(
-        task, sweep.model_dump(mode="json"), model_identity(model), data_hashes(prepared), threads, trainer
-    )
 
 
 def _open_or_resume(
@@ -281,7 +198,7 @@ def worker(args: argparse.Namespace) -> int:
     prepared = prepare_task(task, data_dir(args.data_dir), load_tokenizer(info["model"]))
     check_planned_inputs(prepared, sweep, f"study {args.study}")
     trainer = resolve_trainer({**info.get("trainer", {}), **trainer_options(args)})
-    current = _fingerprint(prepared, sweep, info["model"], max(1, args.threads), trainer)
+    current = fingerprint_of(prepared, sweep, info["model"], max(1, args.threads), trainer)
     check_same_study(study.user_attrs.get("fingerprint"), current, args.study, public_url(args.storage))
     run_worker(study, prepared, info["model"], sweep, trainer, progress=not args.quiet)
     return 0

@@ -428,20 +428,24 @@ def profile_names(path: str | Path) -> list[str]:
     return sorted(_profiles(read_yaml(path), path))
 
 
-def load_task(path: str | Path, profile: str | None = "default") -> TaskSpec:
-    """A task profile sets data-side sizes (sizes, max_length, eval_limit); absent = the base."""
+def load_task(path: str | Path, profile: str | None = "default", sets: dict | None = None) -> TaskSpec:
+    """A task profile sets data-side sizes (sizes, max_length, eval_limit); absent = the base.
+    `sets` ({field path: value}, from `--set`) apply after the profile, before validation."""
+    from suite.overrides import apply_sets, describe_sets
+
     path = Path(path)
-    raw = _apply_profile(read_yaml(path), profile, path, required=False)
-    return _validate(TaskSpec, raw, path, _where(profile))
+    raw = apply_sets(_apply_profile(read_yaml(path), profile, path, required=False), sets)
+    return _validate(TaskSpec, raw, path, _where(profile) + describe_sets(sets))
 
 
-def load_sweep(path: str | Path, profile: str | None = "default") -> SweepSpec:
+def load_sweep(path: str | Path, profile: str | None = "default", sets: dict | None = None) -> SweepSpec:
     """A sweep profile sets the training side (hparams, space, seeds); it must exist in the sweep."""
+    from suite.overrides import SWEEP_PREFIX, apply_sets, describe_sets
     from suite.sweep import SweepSpec
 
     path = Path(path)
-    raw = _apply_profile(read_yaml(path), profile, path, required=True)
-    return _validate(SweepSpec, raw, path, _where(profile))
+    raw = apply_sets(_apply_profile(read_yaml(path), profile, path, required=True), sets, SWEEP_PREFIX)
+    return _validate(SweepSpec, raw, path, _where(profile) + describe_sets(sets, SWEEP_PREFIX))
 
 
 def _where(profile: str | None) -> str:

@@ -128,15 +128,25 @@ MAX_ATTEMPTS = 2  # an errored trial is retried once with the same seeds
 
 
 def _attrs(plan: TrialPlan, values: dict[str, Any], attempt: int = 1) -> dict[str, Any]:
-    """Everything a worker needs to run a planned trial, visible in optuna-dashboard too."""
+    """Everything a worker needs to run a planned trial, and the trial's full setting as flat
+    scalars (`hp.lr`, `seed.init`, ...): optuna-dashboard shows those as sortable columns, while
+    a trial's params are only its searched values (none at all in a seeds-only study)."""
+    hparams, seeds = plan.hparams.model_dump(), asdict(plan.seeds)
     return {
         "key": plan.key,
         "size": plan.size,
-        "hparams": plan.hparams.model_dump(),
-        "seeds": asdict(plan.seeds),
+        "hparams": hparams,
+        "seeds": seeds,
         "setting": values,
         "attempt": attempt,
+        **{f"hp.{name}": value for name, value in hparams.items()},
+        **{f"seed.{axis}": value for axis, value in seeds.items()},
     }
+
+
+def _planned_attrs(trial: optuna.trial.FrozenTrial | optuna.Trial, attempt: int) -> dict[str, Any]:
+    """A trial's plan to queue again (a retry): its attributes without its old record."""
+    return {**{k: v for k, v in trial.user_attrs.items() if k != "record"}, "attempt": attempt}
 
 
 def _record(trial: optuna.trial.FrozenTrial) -> dict[str, Any] | None:
@@ -153,22 +163,30 @@ def _record(trial: optuna.trial.FrozenTrial) -> dict[str, Any] | None:
     return None
 
 
-def enqueue_plan(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> int:
-    """Queue every planned trial the storage does not hold as a run, queued or running trial
-    (an errored trial is planned again: a rerun after a fix continues); returns how many."""
-    trials = study.get_trials(deepcopy=False)
-    held = {
+def held_keys(trials: list[optuna.trial.FrozenTrial]) -> set[str]:
+    """Planned keys the storage holds as a run, a queued or a running trial (not as an errored
+    one: a rerun plans it again)."""
+    return {
         t.user_attrs.get("key")
         for t in trials
         if t.state in (TrialState.WAITING, TrialState.RUNNING)
         or (r := _record(t)) is not None
         and outcome(r) != "errored"
     }
+
+
+def enqueue_plan(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> int:
+    """Queue every planned trial the storage does not hold as a run, queued or running trial
+    (an errored trial is planned again: a rerun after a fix continues); returns how many."""
+    trials = study.get_trials(deepcopy=False)
+    held = held_keys(trials)
     if sweep.adaptive:  # TPE's settings exist only in the storage: re-queue their errored trials
-        plans = [(t.user_attrs["setting"], t.user_attrs) for t in trials if "key" in t.user_attrs]
-        todo = {a["key"]: (v, a) for v, a in plans if a["key"] not in held}
-        for values, attrs in todo.values():
-            study.enqueue_trial(values, user_attrs={**attrs, "attempt": 1}, skip_if_exists=False)
+        keyed = [t for t in trials if "key" in t.user_attrs]
+        todo = {t.user_attrs["key"]: t for t in keyed if t.user_attrs["key"] not in held}
+        for t in todo.values():
+            study.enqueue_trial(
+                t.user_attrs["setting"], user_attrs=_planned_attrs(t, 1), skip_if_exists=False
+            )
         return len(todo)
     added = 0
     for values in sweep.settings():
@@ -265,10 +283,8 @@ def work(
                 raise
         _tell(study, trial, record, task.baseline[task.spec.metric.main])
         if outcome(record) == "errored" and record["attempt"] < MAX_ATTEMPTS:
-            attrs = {k: trial.user_attrs[k] for k in ("key", "size", "hparams", "seeds", "setting")}
-            study.enqueue_trial(
-                attrs["setting"], user_attrs={**attrs, "attempt": record["attempt"] + 1}, skip_if_exists=False
-            )
+            attrs = _planned_attrs(trial, record["attempt"] + 1)
+            study.enqueue_trial(attrs["setting"], user_attrs=attrs, skip_if_exists=False)
         ran += 1
         if on_done is not None:
             on_done(record)

@@ -83,5 +83,6 @@ def test_validate_command_exits_2_on_a_bad_file(tmp_path: Path, capsys) -> None:
 def test_list_command_shows_tasks_models_and_sweeps(capsys: pytest.CaptureFixture) -> None:
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "tasks/ner.yaml  tagging  entity_f1" in out and "minilm-l6  bundled offline model" in out
-    assert "sweeps/devlin.yaml  grid: lr, batch_size, epochs; seeds 3 repeats" in out
+    assert "  ner           tagging  entity_f1  sizes [1000]  sweep ner-seeds" in out
+    assert "minilm-l6  bundled offline model" in out
+    assert "  devlin        grid: lr, batch_size, epochs; seeds 3 repeats" in out

@@ -1,0 +1,105 @@
+"""`suite list` and `suite validate`: the tasks and sweeps a user can name, and checking them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from suite.errors import SpecError, SuiteError
+from suite.resources import Kind, local_dir, resolve, resolve_sweep_path, shipped_dir, yaml_files
+from suite.spec import load_sweep, load_task, profile_names, read_yaml
+
+
+def _is_task(path: Path) -> bool:
+    raw = read_yaml(path)
+    return "head" in raw or "data" in raw
+
+
+def validation_targets(refs: list[str]) -> list[Path]:
+    """Files, every YAML of a folder, or task / sweep names. Default: the `tasks` and `sweeps`
+    folders of the working directory, or the shipped ones where it has none."""
+    if not refs:
+        return [p for kind in ("tasks", "sweeps") for p in yaml_files(local_dir(kind) or shipped_dir(kind))]
+    out: list[Path] = []
+    for ref in refs:
+        path = Path(ref)
+        if path.is_dir():
+            if not (found := yaml_files(path)):
+                raise SuiteError(f"{path}: no .yaml files in this folder")
+            out += found
+            continue
+        out.append(_by_name(ref))
+    return out
+
+
+def _by_name(ref: str) -> Path:
+    for kind in ("tasks", "sweeps"):
+        try:
+            return resolve(ref, kind, "validate")
+        except SpecError:
+            pass
+    raise SpecError(
+        f"validate {ref!r}: no such file or folder, and no task or sweep by that name (suite list)"
+    )
+
+
+def validate(refs: list[str], sets: tuple[dict[str, Any], dict[str, Any]] = ({}, {})) -> int:
+    """Every file in every profile, with `--set` overrides (task ones on tasks, `sweep.` ones on
+    sweeps, and on a task's own sweep when given). Returns 2 when any file is bad."""
+    task_sets, sweep_sets = sets
+    bad = 0
+    for path in validation_targets(refs):
+        try:
+            if _is_task(path):
+                for profile in [None, *profile_names(path)]:
+                    task = load_task(path, profile, task_sets)
+                    sweep_path = resolve_sweep_path(path, task.sweep) if sweep_sets else None
+                    if sweep_path and (profile is None or profile in profile_names(sweep_path)):
+                        load_sweep(sweep_path, profile, sweep_sets)  # the overrides fit the task's sweep
+            else:
+                for profile in [None, *profile_names(path)]:
+                    load_sweep(path, profile, sweep_sets)
+            print(f"ok    {path}")
+        except SuiteError as err:
+            print(f"error: {err}", file=sys.stderr)
+            bad += 1
+    return 2 if bad else 0
+
+
+def list_all() -> None:
+    """Shipped tasks and sweeps (run by name), local ones (./tasks, ./sweeps), model aliases."""
+    from suite.models import ALIASES
+
+    for kind in ("tasks", "sweeps"):
+        _list_kind(kind, shipped_dir(kind), "shipped: run by name")
+        if (local := local_dir(kind)) is not None:
+            _list_kind(kind, local, f"local, ./{kind}: run by name or path; shadows a shipped name")
+    print("models:")
+    for alias, target in ALIASES.items():
+        print(f"  {alias}  {'bundled offline model' if callable(target) else target}")
+
+
+def _list_kind(kind: Kind, folder: Path, note: str) -> None:
+    print(f"{kind} ({note}):")
+    for path in yaml_files(folder):
+        try:
+            line = _task_line(path) if kind == "tasks" else _sweep_line(path)
+        except SuiteError as err:
+            line = f"invalid: {err}"
+        print(f"  {path.stem:12s}  {line}")
+
+
+def _task_line(path: Path) -> str:
+    t = load_task(path, None)
+    return f"{t.head}  {t.metric.main}  sizes [{', '.join(map(str, t.sizes))}]  sweep {Path(t.sweep).stem}"
+
+
+def _sweep_line(path: Path) -> str:
+    s = load_sweep(path, None)
+    searched = ", ".join(s.space) or "one setting"
+    seeds = s.seeds
+    design = (
+        f"{seeds.init}x{seeds.order} crossed" if seeds.design == "crossed" else f"{seeds.repeats} repeats"
+    )
+    return f"{s.sampler.type}: {searched}; seeds {design}"

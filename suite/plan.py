@@ -1,0 +1,214 @@
+"""`suite plan`: what `run` would do, without training or writing a trial.
+
+The planned trials (sizes x settings x seeds) come from the same planner `run` queues from
+(`study.plan_trials`), what the storage holds from the same test `run` uses before queuing
+(`study.held_keys`), and whether `run` would refuse the stored study from the same fingerprint.
+The wall time is an estimate: a few timed training steps of the real model and head on real
+batches of this machine, scaled by each trial's planned steps and evaluations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from suite.errors import SuiteError
+from suite.prepare import StudySetup, setup_study
+from suite.trial import TrialPlan
+
+TIMED_STEPS = 3  # after one untimed warm-up step (allocations, lazy initialisation)
+EVAL_BATCH = 64  # FeatureDataModule's dev batch size
+
+
+def plan(args: argparse.Namespace) -> int:
+    """Print the plan, the storage's share of it and the estimate; 2 when `run` would refuse."""
+    from suite.study import plan_trials
+
+    s = setup_study(args)
+    plans = plan_trials(s.task, s.sweep)
+    print(describe_plan(s, plans))
+    line, refusal, held = storage_report(s, {p.key for p in plans})
+    print(line)
+    accelerator = s.trainer.get("accelerator", "cpu")
+    if accelerator != "cpu":
+        print(f"estimate: none (the calibration runs on the CPU; trials run on --accelerator {accelerator})")
+    else:
+        torch.set_num_threads(s.threads)
+        print(estimate(s, plans, args.workers, held))
+    if refusal:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _label(values: dict[str, Any]) -> str:
+    text = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+    return text or "(fixed)"
+
+
+def describe_plan(s: StudySetup, plans: list[TrialPlan]) -> str:
+    sweep, task = s.sweep, s.task
+    seeds = sweep.seeds
+    crossed = seeds.design == "crossed"
+    grid = f"{seeds.init} init x {seeds.order} order seeds" if crossed else f"{seeds.repeats} seed draws"
+    subsamples = len(seeds.subsample_seeds or range(seeds.subsample))
+    settings = sweep.settings()
+    per_setting = len(plans) // max(1, len(settings) * len(task.sizes))
+    lines = [
+        f"plan: study {s.name!r} (model {s.model}, sweep {sweep.name})",
+        f"fixed: {_label(sweep.hparams)}",
+        f"seeds: {grid} x {subsamples} subsample(s) per size and setting",
+        f"planned: {len(task.sizes)} size(s) x {len(settings)} setting(s) x {per_setting} seeds"
+        f" = {len(plans)} trials",
+    ]
+    if sweep.adaptive:
+        lines.append(
+            f"  (TPE proposes its {sweep.budget} settings from results; these are sampled stand-ins)"
+        )
+    return "\n".join(lines)
+
+
+def storage_report(s: StudySetup, keys: set[str]) -> tuple[str, str | None, set[str]]:
+    """What the storage holds of the planned keys (a line, and the keys), and `run`'s refusal
+    when the stored study's fingerprint differs. Opens an existing storage only: nothing is
+    created or written."""
+    import optuna
+
+    from suite.fingerprint import check_same_study
+    from suite.records import outcome
+    from suite.study import finished_records, held_keys, open_storage, public_url
+
+    where = public_url(s.url)
+    local = _storage_file(s.url)
+    if local is not None and not local.exists():
+        return f"storage: {where} does not exist yet; all {len(keys)} trials to run", None, set()
+    storage = open_storage(s.url)
+    if s.name not in optuna.study.get_all_study_names(storage):
+        return f"storage: no study {s.name!r} in {where} yet; all {len(keys)} trials to run", None, set()
+    study = optuna.load_study(study_name=s.name, storage=storage)
+    trials = study.get_trials(deepcopy=False)
+    refusal = None
+    if (stored := study.user_attrs.get("fingerprint")) is not None or trials:
+        try:
+            check_same_study(stored, s.fingerprint, s.name, where)
+        except SuiteError as err:
+            refusal = str(err)
+    # TPE's settings exist only in the storage: its stand-in keys never match, so count trials.
+    held = held_keys(trials) if s.sweep.adaptive else held_keys(trials) & keys
+    ended = {k for k, r in finished_records(study).items() if outcome(r) != "errored"} & held
+    line = (
+        f"storage: {where} holds {len(held)} of the {len(keys)} planned trials "
+        f"({len(ended)} ended as runs, {len(held - ended)} queued or running); "
+        f"{max(0, len(keys) - len(held))} to run"
+    )
+    return line, refusal, held
+
+
+def _storage_file(url: str) -> Path | None:
+    """The file behind a SQLite or journal URL (None for a database server)."""
+    for prefix in ("sqlite:///", "journal:"):
+        if url.startswith(prefix):
+            return Path(url.removeprefix(prefix))
+    return None
+
+
+def estimate(s: StudySetup, plans: list[TrialPlan], workers: int, held: set[str]) -> str:
+    """Per (size, setting) row: training examples, steps and the estimated time of one trial;
+    then the time of the trials still to run (not `held`) on `workers` workers."""
+    data = s.prepared.data
+    n_dev = len(data.features("dev", data.dev_indices()))
+    sizes = sorted({p.hparams.batch_size for p in plans})
+    step_s = {bs: calibrate(s, next(p for p in plans if p.hparams.batch_size == bs)) for bs in sizes}
+    eval_s = step_s[sizes[0]][1]
+    rows: dict[tuple[str, str], dict[str, float]] = {}
+    todo = 0.0
+    for p in plans:
+        h = p.hparams
+        n = len(data.features("train", data.train_indices(p.size, p.seeds.subsample)))
+        steps = h.epochs_for(n) * math.ceil(n / h.batch_size)
+        seconds = steps * step_s[h.batch_size][0] + h.epochs * math.ceil(n_dev / EVAL_BATCH) * eval_s
+        row = rows.setdefault(
+            (str(p.size), _label({k: getattr(h, k) for k in s.sweep.space})), {"trials": 0, "seconds": 0.0}
+        )
+        row.update(n=n, steps=steps, trials=row["trials"] + 1, seconds=row["seconds"] + seconds)
+        todo += 0.0 if p.key in held else seconds
+    if s.sweep.adaptive:  # stand-in settings: scale the whole plan by the share still to run
+        todo = sum(r["seconds"] for r in rows.values()) * max(0, len(plans) - len(held)) / len(plans)
+    lines = [f"{'size':>6s}  {'setting':30s} {'n_train':>7s} {'steps':>6s} {'trials':>6s}  est. per trial"]
+    for (size, setting), r in sorted(rows.items(), key=lambda kv: (_size_order(kv[0][0]), kv[0][1])):
+        per_trial = _duration(r["seconds"] / r["trials"])
+        lines.append(f"{size:>6s}  {setting:30s} {r['n']:7d} {r['steps']:6d} {r['trials']:6d}  {per_trial}")
+    calibrated = ", ".join(f"batch {bs}: {t:.2f} s/step" for bs, (t, _) in sorted(step_s.items()))
+    lines.append(
+        f"estimate: ~{_duration(todo / workers)} for the {max(0, len(plans) - len(held))} trials to run on "
+        f"{workers} worker(s) x {s.threads} threads ({TIMED_STEPS} timed training steps per batch "
+        f"size: {calibrated}; dev batch of {EVAL_BATCH}: {eval_s:.2f} s)"
+    )
+    return "\n".join(lines)
+
+
+def _size_order(size: str) -> tuple[bool, int]:
+    return size == "full", int(size) if size != "full" else 0
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def calibrate(s: StudySetup, trial: TrialPlan) -> tuple[float, float]:
+    """(seconds per training step, seconds per dev batch) of the real model and head on the
+    trial's own batches: forward, backward, clipping and the optimizer step, as a trial does.
+    Nothing is kept: the module is a fresh copy and is thrown away."""
+    from suite.data.module import FeatureDataModule
+    from suite.models import load_encoder
+    from suite.optim import make_optimizer
+
+    task, h = s.prepared, trial.hparams
+    train_idx = task.data.train_indices(trial.size, trial.seeds.subsample)
+    train = task.data.features("train", train_idx)
+    dev = task.data.features("dev", task.data.dev_indices())
+    torch.manual_seed(trial.seeds.init)
+    module = task.build_module(load_encoder(s.model), h)
+    loader = FeatureDataModule(
+        train, dev, h.batch_size, trial.seeds.order, task.collate, group_by_length=h.group_by_length
+    ).train_dataloader()
+    optimizer = make_optimizer(module, h.lr, h.weight_decay, h.bias_correction, module.lr_multipliers())
+    batches = _cycle(loader, TIMED_STEPS + 1)
+    module.train()
+    times = []
+    for batch in batches:
+        start = time.perf_counter()
+        loss = module.loss(batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(module.parameters(), h.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append(time.perf_counter() - start)
+    module.eval()
+    ordered = sorted(dev, key=lambda f: len(f["input_ids"]))  # dev batches are length-sorted:
+    middle = max(0, len(ordered) // 2 - EVAL_BATCH // 2)  # time one of median length
+    dev_batch = task.collate(ordered[middle : middle + EVAL_BATCH])
+    with torch.no_grad():
+        start = time.perf_counter()
+        module.loss(dev_batch)
+        eval_time = time.perf_counter() - start
+    return statistics.median(times[1:]), eval_time
+
+
+def _cycle(loader: Any, n: int) -> list[Any]:
+    """The first `n` batches, starting over when a tiny training set has fewer."""
+    out: list[Any] = []
+    while len(out) < n:
+        out += [b for _, b in zip(range(n - len(out)), loader, strict=False)]
+    return out

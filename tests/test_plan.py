@@ -1,0 +1,64 @@
+"""`suite plan`: the planned trials, what the storage holds, an estimate; nothing trained or written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+
+from suite.cli import main
+from tests.conftest import run_tiny
+
+
+def _plan(task: Path, model: Path, *extra: str) -> tuple[int, Path]:
+    root = task.parent.parent
+    out = root / "runs"
+    args = ["plan", str(task), "--model", str(model), "--out", str(out), "--data-dir", str(root / "data")]
+    code = main([*args, "--threads", "1", *extra])
+    return code, out
+
+
+def test_plan_counts_estimates_and_writes_nothing(
+    tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
+) -> None:
+    grid = tiny_task.parent.parent / "sweeps" / "grid.yaml"
+    grid.write_text(
+        "name: grid\nhparams: {batch_size: 8, epochs: 2}\n"
+        "space: {lr: {type: categorical, choices: [1.0e-3, 2.0e-3]}}\nseeds: {repeats: 3}\n"
+    )
+    code, out = _plan(tiny_task, tiny_models["bert"], "--sweep", str(grid), "--set", "sizes=[16, 32]")
+    text = capsys.readouterr().out
+    assert code == 0 and not out.exists()  # no run folder, no storage
+    assert "planned: 2 size(s) x 2 setting(s) x 3 seeds = 12 trials" in text
+    assert "does not exist yet; all 12 trials to run" in text
+    rows = [line.split() for line in text.splitlines() if line.strip().startswith(("16 ", "32 "))]
+    assert [(r[0], r[1], r[2], r[3], r[4]) for r in rows] == [
+        ("16", "lr=0.001", "16", "4", "3"),  # 16 examples, 2 epochs of 2 steps, 3 seeds
+        ("16", "lr=0.002", "16", "4", "3"),
+        ("32", "lr=0.001", "32", "8", "3"),
+        ("32", "lr=0.002", "32", "8", "3"),
+    ]
+    assert "estimate: ~" in text and "for the 12 trials to run on 1 worker(s) x 1 threads" in text
+    assert "batch 8: " in text
+
+
+def test_plan_reports_what_the_storage_holds_and_a_refusal(
+    tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
+) -> None:
+    folder = run_tiny(tiny_task, tiny_models["bert"], "--threads", "1")
+    storage = f"sqlite:///{folder / 'study.db'}"
+    (name,) = optuna.study.get_all_study_names(storage)
+    before = len(optuna.load_study(study_name=name, storage=storage).trials)
+    capsys.readouterr()
+    code, _ = _plan(tiny_task, tiny_models["bert"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "holds 3 of the 3 planned trials (3 ended as runs, 0 queued or running); 0 to run" in text
+    assert "estimate: ~0 s for the 0 trials to run" in text
+    code, _ = _plan(tiny_task, tiny_models["bert"], "--set", "max_length=24", "--seeds", "4")
+    captured = capsys.readouterr()
+    assert code == 2 and "task.max_length 32 -> 24" in captured.err and captured.err.count("\n") == 1
+    # Trial keys name the seeds and hparams, not max_length: the fingerprint is what refuses.
+    assert "holds 3 of the 4 planned trials (3 ended as runs, 0 queued or running); 1 to run" in captured.out
+    assert len(optuna.load_study(study_name=name, storage=storage).trials) == before
