@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from suite.heads.registry import prepare_task
     from suite.models import load_encoder, load_tokenizer
     from suite.preflight import check_planned_inputs, check_writable, make_run_folder
+    from suite.stabilisers import check_sweep
     from suite.study import enqueue_plan, open_storage, run_folder, sqlite_url
 
     task_path = Path(args.task)
@@ -90,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError(f"{flag}: expected a positive integer, got {value}")
 
     tokenizer = load_tokenizer(model)
-    load_encoder(model)  # fail on a bad model before any data work; the weights stay cached
+    # A bad model, or a stabiliser it cannot take, fails before any data work; the weights stay cached.
+    check_sweep(load_encoder(model), sweep, sweep_path)
     prepared = prepare_task(task, data_dir(args.data_dir), tokenizer)
     check_planned_inputs(prepared, sweep, task_path)
     threads = max(1, args.threads // args.workers)  # per worker: part of the study's identity
@@ -253,8 +255,9 @@ def worker(args: argparse.Namespace) -> int:
 
     from suite.fingerprint import check_same_study
     from suite.heads.registry import prepare_task
-    from suite.models import load_tokenizer
+    from suite.models import load_encoder, load_tokenizer
     from suite.preflight import check_planned_inputs
+    from suite.stabilisers import check_sweep
     from suite.study import open_storage
     from suite.sweep import SweepSpec as Sweep
 
@@ -271,6 +274,7 @@ def worker(args: argparse.Namespace) -> int:
         raise SuiteError(f"study {args.study!r}: has no run info (start it with `suite run`)")
     task, sweep = TaskSpec.model_validate(info["task"]), Sweep.model_validate(info["sweep"])
     prepared = prepare_task(task, data_dir(args.data_dir), load_tokenizer(info["model"]))
+    check_sweep(load_encoder(info["model"]), sweep, f"study {args.study}")
     check_planned_inputs(prepared, sweep, f"study {args.study}")
     trainer = {**info.get("trainer", {}), **trainer_options(args)}
     current = _fingerprint(prepared, sweep, info["model"], max(1, args.threads), trainer)

@@ -132,7 +132,7 @@ def _attrs(plan: TrialPlan, values: dict[str, Any], attempt: int = 1) -> dict[st
     return {
         "key": plan.key,
         "size": plan.size,
-        "hparams": plan.hparams.model_dump(),
+        "hparams": plan.hparams.as_record(),
         "seeds": asdict(plan.seeds),
         "setting": values,
         "attempt": attempt,
