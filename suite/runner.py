@@ -294,6 +294,10 @@ def write_outputs(study: Any, folder: Path, task: TaskSpec) -> list[dict[str, An
     write_leaderboard([folder], folder / "leaderboard.json")
     records = sorted(finished_records(study).values(), key=lambda r: r.get("trial_number", 0))
     print(format_summary(task, records, folder))
+    if any(r.get("hparams", {}).get("recipe") for r in records):  # a recipe study: its table
+        from suite.recipes import format_recipe_table, recipe_table
+
+        print(format_recipe_table(recipe_table(records), task.metric.main))
     return records
 
 

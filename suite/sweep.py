@@ -214,12 +214,10 @@ class SweepSpec(Strict):
         if both := set(self.hparams) & set(self.space):
             name = sorted(both)[0]
             raise FieldError(f"space.{name}", f"{name!r} is both fixed (hparams) and searched (space)")
-        for recipe, values in self.recipes.items():
-            if both := set(values) & set(self.space):
-                name = sorted(both)[0]
-                raise FieldError(f"recipes.{recipe}.{name}", f"{name!r} is both set by a recipe and searched")
-        if self.recipes and self.adaptive:
-            raise FieldError("recipes", "recipes are planned up front; the tpe sampler proposes settings")
+        if self.recipes and self.space:  # a recipe table compares whole settings, one per recipe
+            raise FieldError(
+                "space", "a sweep with `recipes` searches nothing: each recipe is one whole setting"
+            )
         if self.sampler.type == "grid":
             if bad := [k for k, p in self.space.items() if p.values() is None]:
                 raise FieldError(
@@ -293,14 +291,10 @@ class SweepSpec(Strict):
             raise SpecError(f"sweep {self.name}: setting {values}: {_message(err)}") from None
 
     def settings(self) -> list[dict[str, Any]]:
-        """Every setting planned up front (grid, random, QMC): its searched values, and its
-        recipe's name under `recipe` when the sweep lists recipes (each crossed with the space)."""
-        searched = self._searched()
-        if not self.recipes:
-            return searched
-        return [{"recipe": name, **values} for name in self.recipes for values in searched]
-
-    def _searched(self) -> list[dict[str, Any]]:
+        """Every setting planned up front (grid, random, QMC): its searched values, or (a sweep
+        with recipes) `{"recipe": name}` per recipe, in the order they are listed."""
+        if self.recipes:
+            return [{"recipe": name} for name in self.recipes]
         if not self.space:
             return [{}]
         if self.sampler.type == "grid":
