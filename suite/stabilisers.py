@@ -115,7 +115,8 @@ def apply(module: Any, hparams: HParams) -> None:
     if hparams.reinit_layers:
         reinit_top_layers(encoder, hparams.reinit_layers, pooler=module.uses_pooler)
     if hparams.freeze == "encoder":
-        encoder.requires_grad_(False)
+        # Lightning keeps the modes it finds (and restores them after each evaluation).
+        encoder.requires_grad_(False).eval()
     elif hparams.freeze == "embeddings":
         layout = encoder_layout(encoder)
         for name, param in encoder.named_parameters():
