@@ -177,7 +177,7 @@ def list_all() -> None:
     print("sweeps:")
     for path in sorted((REPO / "sweeps").glob("*.yaml")):
         s = load_sweep(path, None)
-        searched = ", ".join(s.space) or "one setting"
+        searched = ", ".join(s.space) or (f"recipes {', '.join(s.recipes)}" if s.recipes else "one setting")
         seeds = s.seeds
         crossed = seeds.design == "crossed"
         design = f"{seeds.init}x{seeds.order} crossed" if crossed else f"{seeds.repeats} repeats"
