@@ -123,7 +123,11 @@ def paired(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any] |
 
 
 def brown_forsythe(xa: np.ndarray, xb: np.ndarray) -> float | None:
-    """Levene's test around the medians; None when neither side's runs deviate (0 / 0)."""
+    """Levene's test around the medians; None when neither side's runs deviate (0 / 0), or when a
+    side has 2 runs: both deviate from their median by the same amount, so the within-side
+    spread of deviations is 0 by construction and the test would reject at any spread."""
+    if min(xa.size, xb.size) < 3:
+        return None
     with np.errstate(invalid="ignore", divide="ignore"):
         p = float(stats.levene(xa, xb, center="median").pvalue)
     return p if np.isfinite(p) else None

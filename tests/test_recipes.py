@@ -139,3 +139,11 @@ def test_compare_prints_the_recipe_table_of_one_run(tmp_path: Path, capsys: pyte
     assert main(["compare", str(tmp_path), "--reference", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(tmp_path) in err[0] and "no such recipe" in err[0]
+
+
+def test_spread_test_needs_three_runs_a_side() -> None:
+    """With 2 runs both deviate equally from their median: Levene's F is infinite at any spread."""
+    from suite.compare import brown_forsythe
+
+    assert brown_forsythe(np.array([0.47, 0.49]), np.array([0.40, 0.55])) is None
+    assert brown_forsythe(np.array([0.47, 0.49, 0.50]), np.array([0.40, 0.55, 0.52])) is not None
