@@ -57,6 +57,18 @@ CELLS = [
         "} for e in board['entries']]).round(3))"
     ),
     new_markdown_cell(
+        "## Recipes\n\nWhen the sweep lists `recipes:` (e.g. sweeps/stabilisers.yaml), each recipe "
+        "against the first, as in Mosbach et al. 2021 Table 1 and Zhang et al. 2021 Table 2: failure "
+        "rate (Wilson), median, IQR and std (design bootstrap), and against the reference the "
+        "failure-rate difference (Fisher, with the power it had to detect a halving), the std "
+        "difference (Brown-Forsythe) and the Hodges-Lehmann median shift (paired by seeds when both "
+        "recipes ran the same ones). `suite compare RUN --reference NAME` picks another reference."
+    ),
+    new_code_cell(
+        "from suite.recipes import format_recipe_table, recipe_groups, recipe_table\n\n"
+        "print(format_recipe_table(recipe_table(trials), metric) if recipe_groups(trials) else 'no recipes in this sweep')"
+    ),
+    new_markdown_cell(
         "## Outcomes\n\nEvery planned trial ends as a *run* (succeeded, or failed: no better than "
         "the trivial baseline, or diverged) or as an *errored* trial (a crash: retried once, "
         "never in the failure rate) or *pruned* (stopped by a search-phase pruner)."

@@ -97,7 +97,7 @@ def _task_line(path: Path) -> str:
 
 def _sweep_line(path: Path) -> str:
     s = load_sweep(path, None)
-    searched = ", ".join(s.space) or "one setting"
+    searched = ", ".join(s.space) or (f"recipes {', '.join(s.recipes)}" if s.recipes else "one setting")
     seeds = s.seeds
     design = (
         f"{seeds.init}x{seeds.order} crossed" if seeds.design == "crossed" else f"{seeds.repeats} repeats"

@@ -41,7 +41,7 @@ def load_records(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return info, runs(records)
 
 
-def _scores(records: list[dict[str, Any]]) -> np.ndarray:
+def scored_values(records: list[dict[str, Any]]) -> np.ndarray:
     return np.array([r["score"] for r in records if r.get("score") is not None and np.isfinite(r["score"])])
 
 
@@ -65,7 +65,7 @@ def hodges_lehmann(
     side up); otherwise a design bootstrap of both sides (each side's seeds resampled as its
     design says), widened for few seeds like `intervals`.
     """
-    xa, xb = _scores(a), _scores(b)
+    xa, xb = scored_values(a), scored_values(b)
     estimate = float(np.median(np.subtract.outer(xb, xa)))
     if _exchangeable(a) and _exchangeable(b):
         d = np.sort(np.subtract.outer(xb, xa).ravel())
@@ -122,8 +122,12 @@ def paired(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any] |
     return None
 
 
-def _brown_forsythe(xa: np.ndarray, xb: np.ndarray) -> float | None:
-    """Levene's test around the medians; None when neither side's runs deviate (0 / 0)."""
+def brown_forsythe(xa: np.ndarray, xb: np.ndarray) -> float | None:
+    """Levene's test around the medians; None when neither side's runs deviate (0 / 0), or when a
+    side has 2 runs: both deviate from their median by the same amount, so the within-side
+    spread of deviations is 0 by construction and the test would reject at any spread."""
+    if min(xa.size, xb.size) < 3:
+        return None
     with np.errstate(invalid="ignore", divide="ignore"):
         p = float(stats.levene(xa, xb, center="median").pvalue)
     return p if np.isfinite(p) else None
@@ -134,7 +138,7 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]], seed: int = 0) -> 
     runs), median_ci95 and unit (design bootstrap), median_diff, iqr_diff, failure_rate_diff,
     mann_whitney_p, permutation_median_p, fisher_failure_p, brown_forsythe_p (difference in
     spread), hodges_lehmann {estimate, ci95, unit, method}, paired (see `paired`) or None}."""
-    xa, xb = _scores(a), _scores(b)
+    xa, xb = scored_values(a), scored_values(b)
     if xa.size < 2 or xb.size < 2:
         raise SuiteError("compare needs at least 2 scored runs on each side")
     fail_a, fail_b = (sum(outcome(r) == "failed" for r in side) for side in (a, b))
@@ -165,7 +169,7 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]], seed: int = 0) -> 
         "fisher_failure_p": float(
             stats.fisher_exact([[fail_a, len(a) - fail_a], [fail_b, len(b) - fail_b]]).pvalue
         ),
-        "brown_forsythe_p": _brown_forsythe(xa, xb),
+        "brown_forsythe_p": brown_forsythe(xa, xb),
         "hodges_lehmann": hodges_lehmann(a, b, seed),
         "paired": paired(a, b),
     }

@@ -22,6 +22,8 @@ TRAINING_CODE_VERSION = 3  # 3: whole-set length bucketing
 # (the sweep's content is fingerprinted itself).
 _TASK_FIELDS_AFTER_TRAINING = ("reported", "sweep")
 _SWEEP_LABELS = ("name", "description")
+# Sweep fields added after studies were made: left out when empty, so those studies still resume.
+_SWEEP_FIELDS_ADDED = ("recipes",)
 
 
 def study_fingerprint(
@@ -37,7 +39,11 @@ def study_fingerprint(
     tree = {
         "code_version": TRAINING_CODE_VERSION,
         "task": {k: v for k, v in task.items() if k not in _TASK_FIELDS_AFTER_TRAINING},
-        "sweep": {k: v for k, v in sweep.items() if k not in _SWEEP_LABELS},
+        "sweep": {
+            k: v
+            for k, v in sweep.items()
+            if k not in _SWEEP_LABELS and not (k in _SWEEP_FIELDS_ADDED and not v)
+        },
         "model": model,
         "data": data,
         "threads": threads,

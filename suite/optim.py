@@ -15,12 +15,14 @@ def parameter_groups(
     model: nn.Module, lr: float, weight_decay: float, multipliers: dict[str, float] | None = None
 ) -> list[dict]:
     """Weight decay on matrices only: none on biases and LayerNorm weights (as BERT does); a
-    parameter whose name starts with a prefix in `multipliers` trains at lr x its multiplier."""
+    parameter trains at lr x the multiplier of the longest prefix in `multipliers` its name starts
+    with (1 when none does). Frozen parameters are left out."""
     groups: dict[tuple[float, bool], list] = {}
+    by_length = sorted((multipliers or {}).items(), key=lambda kv: -len(kv[0]))
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        mult = next((m for prefix, m in (multipliers or {}).items() if name.startswith(prefix)), 1.0)
+        mult = next((m for prefix, m in by_length if name.startswith(prefix)), 1.0)
         decays = not (name.endswith(NO_DECAY) or param.ndim < 2)
         groups.setdefault((mult, decays), []).append(param)
     return [

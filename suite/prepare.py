@@ -16,7 +16,7 @@ from suite.spec import TaskSpec, load_sweep, load_task
 from suite.sweep import SweepSpec
 
 
-def load_specs(args: argparse.Namespace) -> tuple[Path, TaskSpec, SweepSpec]:
+def load_specs(args: argparse.Namespace) -> tuple[Path, TaskSpec, Path, SweepSpec]:
     """The task (a file or a name) and its sweep, with the profile, `--set` overrides, `--size`,
     `--seeds` and `--eval-split` applied and validated: what `run` and `plan` use."""
     from suite.overrides import parse_sets
@@ -32,7 +32,7 @@ def load_specs(args: argparse.Namespace) -> tuple[Path, TaskSpec, SweepSpec]:
     task, sweep = apply_overrides(task, sweep, args.size, args.seeds)
     if args.eval_split:
         task = TaskSpec.model_validate({**task.model_dump(), "eval_split": args.eval_split})
-    return task_path, task, sweep
+    return task_path, task, sweep_path, sweep
 
 
 def apply_overrides(
@@ -91,9 +91,10 @@ def setup_study(args: argparse.Namespace) -> StudySetup:
     from suite.heads.registry import prepare_task
     from suite.models import load_encoder, load_tokenizer
     from suite.preflight import check_planned_inputs
+    from suite.stabilisers import check_sweep
     from suite.study import run_folder, sqlite_url
 
-    task_path, task, sweep = load_specs(args)
+    task_path, task, sweep_path, sweep = load_specs(args)
     model = args.model or task.model
     for flag, value in (("--workers", args.workers), ("--threads", args.threads)):
         if value < 1:
@@ -101,7 +102,8 @@ def setup_study(args: argparse.Namespace) -> StudySetup:
     trainer = resolve_trainer(trainer_options(args))
 
     tokenizer = load_tokenizer(model)
-    load_encoder(model)  # fail on a bad model before any data work; the weights stay cached
+    # A bad model, or a stabiliser it cannot take, fails before any data work; the weights stay cached.
+    check_sweep(load_encoder(model), sweep, sweep_path)
     prepared = prepare_task(task, data_dir(args.data_dir), tokenizer)
     check_planned_inputs(prepared, sweep, task_path)
     threads = max(1, args.threads // args.workers)

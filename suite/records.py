@@ -72,6 +72,8 @@ def setting_labels(records: Iterable[dict[str, Any]]) -> dict[str, str]:
     """setting_key -> a short label naming the hyperparameters that differ across settings
     (all of lr, batch size and epochs when only one setting ran)."""
     settings = {setting_key(r["hparams"]): r["hparams"] for r in records}
+    if settings and all(h.get("recipe") for h in settings.values()):  # a recipe is one whole setting
+        return {key: f"recipe={h['recipe']}" for key, h in settings.items()}
     names = sorted({k for h in settings.values() for k in h})
     varying = [k for k in names if len({json.dumps(h.get(k)) for h in settings.values()}) > 1]
     shown = varying or [k for k in ("lr", "batch_size", "epochs") if k in names]

@@ -178,8 +178,9 @@ def worker(args: argparse.Namespace) -> int:
 
     from suite.fingerprint import check_same_study
     from suite.heads.registry import prepare_task
-    from suite.models import load_tokenizer
+    from suite.models import load_encoder, load_tokenizer
     from suite.preflight import check_planned_inputs
+    from suite.stabilisers import check_sweep
     from suite.study import open_storage
     from suite.sweep import SweepSpec as Sweep
 
@@ -196,6 +197,7 @@ def worker(args: argparse.Namespace) -> int:
         raise SuiteError(f"study {args.study!r}: has no run info (start it with `suite run`)")
     task, sweep = TaskSpec.model_validate(info["task"]), Sweep.model_validate(info["sweep"])
     prepared = prepare_task(task, data_dir(args.data_dir), load_tokenizer(info["model"]))
+    check_sweep(load_encoder(info["model"]), sweep, f"study {args.study}")
     check_planned_inputs(prepared, sweep, f"study {args.study}")
     trainer = resolve_trainer({**info.get("trainer", {}), **trainer_options(args)})
     current = fingerprint_of(prepared, sweep, info["model"], max(1, args.threads), trainer)
@@ -215,6 +217,10 @@ def write_outputs(study: Any, folder: Path, task: TaskSpec) -> list[dict[str, An
     write_leaderboard([folder], folder / "leaderboard.json")
     records = sorted(finished_records(study).values(), key=lambda r: r.get("trial_number", 0))
     print(format_summary(task, records, folder))
+    if any(r.get("hparams", {}).get("recipe") for r in records):  # a recipe study: its table
+        from suite.recipes import format_recipe_table, recipe_table
+
+        print(format_recipe_table(recipe_table(records), task.metric.main))
     return records
 
 

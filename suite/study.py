@@ -131,7 +131,7 @@ def _attrs(plan: TrialPlan, values: dict[str, Any], attempt: int = 1) -> dict[st
     """Everything a worker needs to run a planned trial, and the trial's full setting as flat
     scalars (`hp.lr`, `seed.init`, ...): optuna-dashboard shows those as sortable columns, while
     a trial's params are only its searched values (none at all in a seeds-only study)."""
-    hparams, seeds = plan.hparams.model_dump(), asdict(plan.seeds)
+    hparams, seeds = plan.hparams.as_record(), asdict(plan.seeds)
     return {
         "key": plan.key,
         "size": plan.size,

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, PlainValidator, TypeAdapter, ValidationError, model_validator
 
+from suite.errors import SpecError
 from suite.spec import Bool, FieldError, Float, Int, Seed, Strict, kind
 
 
@@ -28,6 +29,26 @@ class HParams(Strict):
     max_grad_norm: Float = Field(1.0, gt=0)
     group_by_length: Bool = Field(False, description="batch examples of similar length (less padding)")
     min_steps: Int = Field(0, ge=0, description="train at least this many steps (more epochs on tiny sets)")
+    # Stabilisers (suite/stabilisers.py): the remedies the variance papers tested.
+    reinit_layers: Int = Field(0, ge=0, description="re-draw the top k encoder layers (and a used pooler)")
+    llrd: Float = Field(1.0, gt=0, le=1, description="lr x llrd per layer going down from the top layer")
+    freeze: Literal["none", "embeddings", "encoder"] = "none"
+    head_lr_mult: Float = Field(1.0, gt=0, description="the head's learning rate relative to the encoder's")
+    recipe: str | None = Field(None, description="the sweep recipe this setting belongs to (a label)")
+
+    @model_validator(mode="after")
+    def _meaningful(self) -> HParams:
+        if self.freeze == "encoder" and self.reinit_layers:
+            raise FieldError("reinit_layers", "re-initialised layers of a frozen encoder would stay random")
+        if self.freeze == "encoder" and self.llrd != 1:
+            raise FieldError("llrd", "a frozen encoder has no layer learning rates to decay")
+        return self
+
+    def as_record(self) -> dict[str, Any]:
+        """Every hyperparameter, except a stabiliser at its default and an absent recipe: a
+        setting without them keeps the trial key and record it had before they existed, so
+        studies made then still resume."""
+        return {k: v for k, v in self.model_dump().items() if k not in OPTIONAL or v != OPTIONAL[k]}
 
     def eval_every(self, n_train: int) -> int:
         """Epochs per dev evaluation. A tiny training set that needs `min_steps` (Splinter's
@@ -38,6 +59,17 @@ class HParams(Strict):
 
     def epochs_for(self, n_train: int) -> int:
         return self.epochs * self.eval_every(n_train)
+
+
+# Fields left out of a trial's key and record at these values (see `HParams.as_record`).
+OPTIONAL: dict[str, Any] = {
+    "reinit_layers": 0,
+    "llrd": 1.0,
+    "freeze": "none",
+    "head_lr_mult": 1.0,
+    "recipe": None,
+}
+SETTABLE = tuple(n for n in HParams.model_fields if n != "recipe")  # `recipe` is a label, set by `recipes:`
 
 
 def _scalar(value: Any) -> Any:
@@ -157,6 +189,11 @@ class SweepSpec(Strict):
     description: str = ""
     hparams: dict[str, Any] = Field(default_factory=dict, description="fixed values")
     space: dict[str, Param] = Field(default_factory=dict, description="searched values")
+    recipes: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="named settings, each overriding `hparams` in several values at once; each is "
+        "crossed with the space and run on the same seed grid",
+    )
     sampler: SamplerSpec = SamplerSpec()
     budget: Int | None = Field(None, ge=1, description="settings to run (grid: default all)")
     seeds: SeedSpec = SeedSpec()
@@ -164,8 +201,10 @@ class SweepSpec(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepSpec:
-        known = set(HParams.model_fields)
-        for block, names in (("hparams", self.hparams), ("space", self.space)):
+        known = set(SETTABLE)
+        blocks = [("hparams", self.hparams), ("space", self.space)]
+        blocks += [(f"recipes.{name}", recipe) for name, recipe in self.recipes.items()]
+        for block, names in blocks:
             for name in names:
                 if name not in known:
                     raise FieldError(
@@ -175,6 +214,10 @@ class SweepSpec(Strict):
         if both := set(self.hparams) & set(self.space):
             name = sorted(both)[0]
             raise FieldError(f"space.{name}", f"{name!r} is both fixed (hparams) and searched (space)")
+        if self.recipes and self.space:  # a recipe table compares whole settings, one per recipe
+            raise FieldError(
+                "space", "a sweep with `recipes` searches nothing: each recipe is one whole setting"
+            )
         if self.sampler.type == "grid":
             if bad := [k for k, p in self.space.items() if p.values() is None]:
                 raise FieldError(
@@ -186,6 +229,8 @@ class SweepSpec(Strict):
                 "budget", f"the {self.sampler.type} sampler needs a `budget` (number of settings)"
             )
         self._check_values()
+        if not self.adaptive and self.sampler.type == "grid":
+            self._check_settings()
         return self
 
     def _check_values(self) -> None:
@@ -200,7 +245,11 @@ class SweepSpec(Strict):
                 )
             for value in param.candidates():
                 _check_hparam(f"space.{name}", name, value)
-        given = {*self.hparams, *self.space}
+        for recipe, values in self.recipes.items():
+            for name, value in values.items():
+                _check_hparam(f"recipes.{recipe}.{name}", name, value)
+        by_all = set.intersection(*(set(v) for v in self.recipes.values())) if self.recipes else set()
+        given = {*self.hparams, *self.space, *by_all}
         if missing := [n for n, f in HParams.model_fields.items() if f.is_required() and n not in given]:
             raise FieldError(f"hparams.{missing[0]}", "required: fix it in `hparams` or search it in `space`")
 
@@ -209,11 +258,43 @@ class SweepSpec(Strict):
         """TPE proposes settings from finished results, so they cannot be planned up front."""
         return self.sampler.type == "tpe"
 
+    def _check_settings(self) -> None:
+        """Every planned grid setting is a valid whole (e.g. no re-initialised layers under a
+        frozen encoder), named by the block that set the offending value."""
+        for values in self.settings():
+            try:
+                HParams(**self.merged(values))
+            except ValidationError as err:
+                name = str(err.errors()[0]["loc"][0]) if err.errors()[0]["loc"] else ""
+                cause = (err.errors()[0].get("ctx") or {}).get("error")
+                name = getattr(cause, "field", None) or name
+                raise FieldError(self.block_of(values, name), _message(err)) from None
+
+    def block_of(self, values: dict[str, Any], name: str) -> str:
+        """The sweep field that gave a setting's value of `name` (for error messages)."""
+        if name in self.recipes.get(values.get("recipe"), {}):
+            return f"recipes.{values['recipe']}.{name}"
+        return f"space.{name}" if name in self.space else f"hparams.{name}"
+
+    def merged(self, values: dict[str, Any]) -> dict[str, Any]:
+        """A setting's hyperparameters: fixed values, then its recipe's, then searched ones."""
+        values = dict(values)
+        recipe = values.pop("recipe", None)
+        named = {"recipe": recipe} if recipe is not None else {}
+        return {**self.hparams, **self.recipes.get(recipe, {}), **values, **named}
+
     def hparams_for(self, values: dict[str, Any]) -> HParams:
-        return HParams(**self.hparams, **values)
+        """The hyperparameters of a planned setting (`values`: searched values and its recipe)."""
+        try:
+            return HParams(**self.merged(values))
+        except ValidationError as err:  # a searched combination the grid check could not see
+            raise SpecError(f"sweep {self.name}: setting {values}: {_message(err)}") from None
 
     def settings(self) -> list[dict[str, Any]]:
-        """The searched values of every setting, planned up front (grid, random, QMC)."""
+        """Every setting planned up front (grid, random, QMC): its searched values, or (a sweep
+        with recipes) `{"recipe": name}` per recipe, in the order they are listed."""
+        if self.recipes:
+            return [{"recipe": name} for name in self.recipes]
         if not self.space:
             return [{}]
         if self.sampler.type == "grid":
@@ -270,7 +351,12 @@ class SweepSpec(Strict):
 @cache
 def _hparam_adapter(name: str) -> TypeAdapter:
     info = HParams.model_fields[name]
-    return TypeAdapter(Annotated[info.annotation, *info.metadata], config=HParams.model_config)
+    takes = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+    return TypeAdapter(takes, config=HParams.model_config)
+
+
+def _message(err: ValidationError) -> str:
+    return err.errors()[0]["msg"].removeprefix("Value error, ")
 
 
 def _check_hparam(field: str, name: str, value: Any) -> None:
@@ -278,8 +364,7 @@ def _check_hparam(field: str, name: str, value: Any) -> None:
     try:
         _hparam_adapter(name).validate_python(value)
     except ValidationError as err:
-        msg = err.errors()[0]["msg"].removeprefix("Value error, ")
-        raise FieldError(field, f"{msg} (got {value!r})") from None
+        raise FieldError(field, f"{_message(err)} (got {value!r})") from None
 
 
 # Seed axes, so each axis draws its own stream from the master seed.

@@ -46,7 +46,7 @@ class TrialPlan:
     @property
     def key(self) -> str:
         """Identifies a planned run; a study runs each key exactly once."""
-        h = self.hparams.model_dump()
+        h = self.hparams.as_record()
         setting = ",".join(f"{k}={h[k]}" for k in sorted(h))
         s = self.seeds
         return f"size={self.size}|{setting}|init={s.init},order={s.order},subsample={s.subsample}"
@@ -73,7 +73,7 @@ def run_trial(
         "task": task.spec.name,
         "model": model,
         "size": plan.size,
-        "hparams": plan.hparams.model_dump(),
+        "hparams": plan.hparams.as_record(),
         "seeds": asdict(plan.seeds),
         "threads": torch.get_num_threads(),
         "metric": task.spec.metric.main,

@@ -14,6 +14,7 @@ from suite.errors import TrialDiverged
 from suite.faults import reach
 from suite.models import encoder_inputs
 from suite.optim import make_optimizer
+from suite.stabilisers import lr_multipliers
 from suite.sweep import HParams
 
 
@@ -73,13 +74,29 @@ class EncoderModule(L.LightningModule):
         self.history.append({"epoch": self.current_epoch + 1, **metrics})
 
     def lr_multipliers(self) -> dict[str, float]:
-        """Parameter-name prefix -> learning-rate multiplier, for parts that train at their own
-        rate (a head's CRF); everything else trains at the base rate."""
+        """Parameter-name prefix -> learning-rate multiplier, for parts of the head that train at
+        their own rate relative to it (a CRF); the stabilisers add the encoder's and the head's."""
         return {}
+
+    @property
+    def uses_pooler(self) -> bool:
+        """Whether the head reads the encoder's pretrained pooler (re-initialised with the top layers)."""
+        return False
+
+    def train(self, mode: bool = True) -> EncoderModule:
+        super().train(mode)
+        # Feature-based use: a frozen encoder's features carry no dropout noise.
+        if getattr(self, "train_hparams", None) and self.train_hparams.freeze == "encoder":
+            self.encoder.eval()
+        return self
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        h = self.train_hparams
+        return make_optimizer(self, h.lr, h.weight_decay, h.bias_correction, lr_multipliers(self, h))
 
     def configure_optimizers(self) -> dict[str, Any]:
         h = self.train_hparams
-        optimizer = make_optimizer(self, h.lr, h.weight_decay, h.bias_correction, self.lr_multipliers())
+        optimizer = self.make_optimizer()
         total = int(self.trainer.estimated_stepping_batches)
         schedule = get_linear_schedule_with_warmup(optimizer, round(h.warmup_ratio * total), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

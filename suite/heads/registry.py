@@ -10,6 +10,7 @@ from typing import Any
 
 from transformers import DataCollatorWithPadding, PreTrainedModel
 
+from suite import stabilisers
 from suite.data.classification import ClassificationData
 from suite.data.squad import EVAL_POOL_LABEL, QAData
 from suite.data.tagging import TaggingData, assemble, collate_tagging
@@ -42,7 +43,9 @@ class PreparedTask:
     eval_note: Callable[[], dict[str, Any]] | None = None  # what the evaluation set is, per trial
 
     def build_module(self, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
-        return self.builder(self, encoder, hparams)
+        module = self.builder(self, encoder, hparams)
+        stabilisers.apply(module, hparams)  # after the head: its weights do not depend on re-init
+        return module
 
 
 def _classification(spec: TaskSpec, root: Path | None, tokenizer: Any) -> PreparedTask:

@@ -1,0 +1,141 @@
+"""Stabilisers: the remedies the fine-tuning variance papers tested, as hyperparameters.
+
+- `reinit_layers: k` (Zhang et al. 2021): the top k encoder layers, and the pretrained pooler
+  when the head uses it, are re-drawn by the model's own initialiser from the init seed's RNG
+  (after the head, so a recipe with re-init shares its head weights with one without);
+- `llrd: f` (Howard & Ruder 2018; Sun et al. 2019; Zhang et al. 2021): the top layer trains at
+  the base rate and each layer below at f times the one above; the embedding level (everything
+  below the first layer) gets the lowest, f^L; what sits above the top layer (pooler, final norm)
+  and the head train at the base rate;
+- `freeze: embeddings | encoder`: no gradient for the embedding level, or for the whole encoder
+  (the feature-based use of BERT, Devlin et al. 2019 s5.3: a frozen encoder, kept in eval mode
+  as when features are extracted, under a trained head);
+- `head_lr_mult`: the head (every parameter outside the encoder) at lr x this.
+
+Layers are found by the families' naming: `encoder.layer` (BERT, RoBERTa, ELECTRA, DeBERTa-v2),
+`transformer.layer` (DistilBERT), `layers` (ModernBERT). ALBERT shares one layer's weights across
+depth, so there is no top layer to re-initialise and no per-layer rate: both are refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+from transformers import PreTrainedModel
+
+from suite.errors import SpecError
+from suite.sweep import HParams, SweepSpec
+
+LAYER_LISTS = ("encoder.layer", "transformer.layer", "layers")
+ABOVE_TOP = ("pooler.", "final_norm.")  # applied after the last layer: trained at the base rate
+# Families whose `auto` classification head reads the encoder's pooler.
+POOLED_AUTO_HEADS = ("bert", "albert", "megatron-bert", "mobilebert")
+
+
+@dataclass(frozen=True)
+class EncoderLayout:
+    """Where an encoder's layers are: `layers` are their name prefixes, bottom to top."""
+
+    layers: tuple[str, ...]
+    shared: bool  # one layer's weights at every depth (ALBERT)
+
+    def level(self, name: str) -> int | None:
+        """A parameter's depth: 0 the embedding level, i the i-th layer (1 = bottom), None above the top."""
+        if name.startswith(ABOVE_TOP):
+            return None
+        for depth, prefix in enumerate(self.layers, start=1):
+            if name.startswith(prefix):
+                return depth
+        return 0
+
+
+def encoder_layout(encoder: PreTrainedModel) -> EncoderLayout:
+    if hasattr(getattr(encoder, "encoder", None), "albert_layer_groups"):
+        return EncoderLayout((), shared=True)
+    for path in LAYER_LISTS:
+        try:
+            layers = encoder.get_submodule(path)
+        except AttributeError:
+            continue
+        if isinstance(layers, nn.ModuleList):
+            return EncoderLayout(tuple(f"{path}.{i}." for i in range(len(layers))), shared=False)
+    return EncoderLayout((), shared=False)
+
+
+def refusal(encoder: PreTrainedModel, values: dict[str, Any]) -> tuple[str, str] | None:
+    """(hyperparameter, why) when this encoder cannot apply a setting's stabilisers, else None."""
+    k, f = values.get("reinit_layers", 0), values.get("llrd", 1.0)
+    if not k and f == 1:
+        return None
+    layout, kind = encoder_layout(encoder), encoder.config.model_type
+    name = "reinit_layers" if k else "llrd"
+    if layout.shared:
+        return name, f"{kind} shares one layer's weights across depth: {name} has no layer to act on"
+    if not layout.layers:
+        return name, f"{kind}: no layer list found ({', '.join(LAYER_LISTS)}), so {name} cannot be applied"
+    if k > len(layout.layers):
+        return name, f"reinit_layers {k} exceeds the {len(layout.layers)} layers of this {kind} encoder"
+    return None
+
+
+def check_sweep(encoder: PreTrainedModel, sweep: SweepSpec, where: str | Path) -> None:
+    """Pre-flight: every planned setting's stabilisers apply to this encoder (a TPE space: every
+    searched value), else one line naming the sweep file and field, before any training."""
+    if sweep.adaptive:
+        planned = [{name: v} for name, p in sweep.space.items() for v in p.candidates()] or [{}]
+    else:
+        planned = sweep.settings()
+    for values in planned:
+        if found := refusal(encoder, sweep.merged(values)):
+            name, why = found
+            raise SpecError(f"{where}: field '{sweep.block_of(values, name)}': {why}")
+
+
+def reinit_top_layers(encoder: PreTrainedModel, k: int, pooler: bool) -> None:
+    """Re-draw the top k layers (and the pooler) with the model's own `_init_weights`, from
+    torch's RNG as it stands. A loaded weight may carry transformers' "already initialised" flag,
+    which would make `_init_weights` skip it: the flag is cleared first."""
+    layout = encoder_layout(encoder)
+    top = layout.layers[len(layout.layers) - k :]
+    modules = [encoder.get_submodule(prefix.rstrip(".")) for prefix in top]
+    if pooler and getattr(encoder, "pooler", None) is not None:
+        modules.append(encoder.pooler)
+    for module in modules:
+        for tensor in [*module.parameters(), *module.buffers()]:
+            tensor._is_hf_initialized = False
+        module.apply(encoder._init_weights)
+
+
+def apply(module: Any, hparams: HParams) -> None:
+    """Re-init and freeze a built module (a suite EncoderModule) as its hyperparameters say."""
+    encoder = module.encoder
+    if hparams.reinit_layers:
+        reinit_top_layers(encoder, hparams.reinit_layers, pooler=module.uses_pooler)
+    if hparams.freeze == "encoder":
+        # Lightning keeps the modes it finds (and restores them after each evaluation).
+        encoder.requires_grad_(False).eval()
+    elif hparams.freeze == "embeddings":
+        layout = encoder_layout(encoder)
+        for name, param in encoder.named_parameters():
+            if layout.level(name) == 0:
+                param.requires_grad_(False)
+
+
+def lr_multipliers(module: Any, hparams: HParams) -> dict[str, float]:
+    """Parameter-name prefix -> learning-rate multiplier (the longest matching prefix wins): the
+    head at `head_lr_mult` (times a head part's own multiplier, e.g. a CRF's), the encoder at
+    the base rate, or per layer under LLRD."""
+    out = {"": hparams.head_lr_mult}
+    out.update({prefix: hparams.head_lr_mult * m for prefix, m in module.lr_multipliers().items()})
+    out["encoder."] = 1.0
+    if hparams.llrd != 1:
+        layout = encoder_layout(module.encoder)
+        top = len(layout.layers)
+        for name, _ in module.encoder.named_parameters():
+            depth = layout.level(name)
+            if depth is not None:
+                out[f"encoder.{name}"] = hparams.llrd ** (top - depth)
+    return out
