@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import random
 import re
 import time
 import warnings
@@ -219,8 +220,44 @@ def _queue_lock(study: optuna.Study) -> Iterator[None]:
 def _pop_planned(study: optuna.Study) -> optuna.Trial | None:
     """A queued trial, or None. Optuna's public `ask()` would create a new, unplanned trial when
     the queue is empty (a duplicate run), so this pops the queue the way `ask()` does inside."""
-    trial_id = study._pop_waiting_trial_id()
-    return None if trial_id is None else optuna.Trial(study, trial_id)
+    waiting = _first_waiting_ids(study)
+    if waiting is None:
+        trial_id = study._pop_waiting_trial_id()
+        return None if trial_id is None else optuna.Trial(study, trial_id)
+    # Workers that all tried the head of the queue would queue behind one row lock each pop.
+    _POP_ORDER.shuffle(waiting)
+    for trial_id in waiting:
+        try:  # atomic (SELECT ... FOR UPDATE): False when another worker took it first
+            if study._storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.RUNNING):
+                return optuna.Trial(study, trial_id)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+    return _pop_planned(study) if waiting else None
+
+
+_POP_ORDER = random.Random()  # its own generator: never touches the seeded global RNGs
+
+
+def _first_waiting_ids(study: optuna.Study, limit: int = 64) -> list[int] | None:
+    """The first queued trial ids of an RDB storage, read from its trials table alone; None for
+    other storages. Optuna's own pop loads every waiting trial with all its attributes on every
+    pop (O(queue) each): 16 workers popped a 300-trial PostgreSQL queue at 0.5 trials/s."""
+    backend = getattr(study._storage, "_backend", study._storage)
+    if not isinstance(backend, optuna.storages.RDBStorage):
+        return None
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    trials = models.TrialModel
+    with _create_scoped_session(backend.scoped_session) as session:
+        rows = (
+            session.query(trials.trial_id)
+            .filter(trials.study_id == study._study_id, trials.state == optuna.trial.TrialState.WAITING)
+            .order_by(trials.trial_id)
+            .limit(limit)
+            .all()
+        )
+    return [row[0] for row in rows]
 
 
 def _propose(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> optuna.Trial:
