@@ -16,10 +16,11 @@ from typing import Any
 import torch
 
 from suite import __version__
+from suite.data.hub import source_sha256
 from suite.data.paths import data_dir
 from suite.errors import SpecError, SuiteError
 from suite.leaderboard import write_leaderboard
-from suite.provenance import file_sha256, git_commit
+from suite.provenance import git_commit
 from suite.spec import TaskSpec, load_sweep, load_task, spec_hash
 from suite.statistics import summarize
 from suite.study import public_url
@@ -331,8 +332,9 @@ def run_info(task: TaskSpec, sweep: SweepSpec, profile: str, model: str, prepare
         "profile": profile,
         "model": model,
         "model_revision": model_revision(model),
+        "data_origin": prepared.data.origin,  # local files, or hub path/name/revision
         "data_sources": prepared.data.sources,
-        "data_sha256": {k: file_sha256(v) for k, v in prepared.data.sources.items()},
+        "data_sha256": {k: source_sha256(v) for k, v in prepared.data.sources.items()},
         "git_commit": git_commit(),
         "baseline": prepared.baseline,
         "threads": torch.get_num_threads(),
