@@ -180,16 +180,16 @@ class QAData:
 
     def _load_hub(self) -> None:
         """A hub source: training subsamples are drawn from its train split (by the subsample
-        seed), and the evaluation split (e.g. SQuAD's official dev set) is evaluated, first
-        `eval_limit` questions of a seeded order."""
+        seed), and its evaluation split (e.g. SQuAD's official dev set) is evaluated, or a fixed
+        seeded sample of `eval_limit` questions of it."""
+        loaded = {}
         for key, split in (("train", "train"), ("dev", self.spec.eval_split)):
             rows, source = load_split(self.spec.data.hub, split, list(SPAN_COLUMNS), None, self.spec.name)
-            examples = [_hub_example(row, i, source) for i, row in enumerate(rows)]
+            loaded[key] = [_hub_example(row, i, source) for i, row in enumerate(rows)]
             self.sources[key] = source
-            if key == "train":
-                self._current = examples
+        self._current, dev = loaded["train"], loaded["dev"]
         limit = self.spec.eval_limit or "full"
-        self.dev = [examples[i] for i in subsample_indices(len(examples), limit, EVAL_SUBSAMPLE_SEED)]
+        self.dev = [dev[i] for i in subsample_indices(len(dev), limit, EVAL_SUBSAMPLE_SEED)]
 
     @property
     def eval_label(self) -> str | None:
