@@ -16,7 +16,7 @@ from suite.errors import SuiteError
 
 # Bump when training semantics change (optimizer, schedule, head, data order, metrics): results
 # of an older version are then never resumed as if they were this version's.
-TRAINING_CODE_VERSION = 2
+TRAINING_CODE_VERSION = 3  # 3: byte-level tokenizers get their prefix space from the backend
 
 # Task fields that do not touch any trial: citations of published numbers and the sweep's path
 # (the sweep's content is fingerprinted itself).
