@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("path")
     report = sub.add_parser("report", help="execute the variance report notebook (.ipynb + .html)")
     report.add_argument("run", help="a run folder (runs/<task>/<model>)")
+    site = sub.add_parser("site", help="a static, self-contained leaderboard page (site/index.html)")
+    site.add_argument("leaderboards", nargs="+", help="leaderboard JSON files")
+    site.add_argument("-o", "--output", default="site", help="folder for index.html (default: site)")
     comp = sub.add_parser("compare", help="compare two studies' distributions")
     comp.add_argument("run_a")
     comp.add_argument("run_b")
@@ -128,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {notebook} and {page}")
         elif args.command == "compare":
             compare_command(args)
+        elif args.command == "site":
+            from suite.site import write_site
+
+            print(f"wrote {write_site([Path(p) for p in args.leaderboards], Path(args.output))}")
     except SuiteError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code

@@ -16,7 +16,8 @@ from suite.errors import SuiteError
 
 # Bump when training semantics change (optimizer, schedule, head, data order, metrics): results
 # of an older version are then never resumed as if they were this version's.
-TRAINING_CODE_VERSION = 3  # 3: whole-set length bucketing
+# 3: whole-set length bucketing; byte-level tokenizers' prefix space from the backend.
+TRAINING_CODE_VERSION = 3
 
 # Task fields that do not touch any trial: citations of published numbers and the sweep's path
 # (the sweep's content is fingerprinted itself).

@@ -65,10 +65,43 @@ def _from_pretrained(loader: Any, target: str, name: str, **kwargs: Any) -> Any:
 
 def load_tokenizer(name: str) -> Any:
     target = resolve(name)
-    config = _from_pretrained(AutoConfig, target, name)
-    # Byte-level BPE (RoBERTa-style) tokenizers need a prefix space to split pre-tokenized words.
-    extra = {"add_prefix_space": True} if config.model_type in ("roberta", "longformer") else {}
-    return _from_pretrained(AutoTokenizer, target, name, **extra)
+    _from_pretrained(AutoConfig, target, name)  # an unknown model fails here, named
+    return with_prefix_space(_from_pretrained(AutoTokenizer, target, name))
+
+
+def _byte_level_parts(component: Any) -> list[Any]:
+    """The byte-level parts of a backend pre-tokenizer or post-processor, also inside a Sequence."""
+    from tokenizers import pre_tokenizers, processors
+
+    leaves = (pre_tokenizers.ByteLevel, processors.ByteLevel, processors.RobertaProcessing)
+    if isinstance(component, leaves):
+        return [component]
+    parts: list[Any] = []
+    if isinstance(component, pre_tokenizers.Sequence | processors.Sequence):
+        index = 0
+        while True:
+            try:
+                member = component[index]
+            except IndexError:
+                return parts
+            parts += _byte_level_parts(member)
+            index += 1
+    return parts
+
+
+def with_prefix_space(tokenizer: Any) -> Any:
+    """A byte-level BPE tokenizer (RoBERTa, ModernBERT, GPT-2 style, whatever its model type)
+    marks a word start by a leading space; words passed one by one (tagging) only get it with
+    `add_prefix_space`, else every word is tokenized as if it continued the previous one. Decided
+    from the tokenizer's own backend pre-tokenizer, never from the model type; its byte-level
+    post-processor is told too, so that offsets (QA) are not trimmed by the added space."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not _byte_level_parts(backend.pre_tokenizer):
+        return tokenizer
+    for part in _byte_level_parts(backend.pre_tokenizer) + _byte_level_parts(backend.post_processor):
+        part.add_prefix_space = True  # live members of the backend: this changes the tokenizer
+    tokenizer.add_prefix_space = True  # transformers checks it for is_split_into_words
+    return tokenizer
 
 
 _PRETRAINED: dict[str, PreTrainedModel] = {}

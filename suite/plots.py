@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.text import Text
 
 from suite.records import runs, setting_key, setting_labels
 from suite.statistics import expected_max
@@ -89,8 +90,11 @@ def distribution(records: Sequence[dict[str, Any]], metric: str) -> plt.Figure:
 def expected_max_curve(
     records: Sequence[dict[str, Any]], metric: str, reported: Sequence[dict[str, Any]] = ()
 ) -> plt.Figure:
+    """Expected max of n runs with its band; each comparable reported value is a dashed line
+    labelled at the right margin, labels spread apart so that none overlaps another."""
     curve = expected_max([r.get("score") for r in runs(records)])
-    fig, ax = plt.subplots(figsize=(7, 4))
+    shown = [r for r in reported if r.get("comparable")]  # context numbers: not drawn
+    fig, ax = plt.subplots(figsize=(9, max(4.0, 1.5 + 0.28 * len(shown))))
     if not curve:
         _note(ax, "no scored runs")
         return fig
@@ -99,15 +103,55 @@ def expected_max_curve(
     std = 100 * np.array([p["std"] for p in curve])
     ax.plot(n, mean, marker="o", label="expected max of n runs")
     ax.fill_between(n, mean - std, mean + std, alpha=0.25, label="+- 1 std")
-    colours = plt.cm.tab10(np.linspace(0, 1, 10))
-    for i, rep in enumerate(r for r in reported if r.get("comparable")):  # context numbers: not drawn
-        label = f"reported: {rep['model']} ({rep['statistic']}, k={rep.get('n_runs') or '?'})"
-        ax.axhline(rep["value"], ls="--", lw=1, color=colours[(i + 3) % 10], label=label)
     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set(xlabel="n (runs / trials)", ylabel=f"dev {metric} (x100)", title="Expected maximum performance")
     ax.legend(loc="lower right")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.09, right=0.6, bottom=0.13, top=0.9)  # the right margin holds the labels
+    _reported_lines(fig, ax, shown)
     return fig
+
+
+LABEL_X = 1.1  # labels start here (axes fraction); connectors fill the gap, never crossing a label
+
+
+def _reported_lines(fig: plt.Figure, ax: plt.Axes, reported: Sequence[dict[str, Any]]) -> None:
+    if not reported:
+        return
+    colours = plt.cm.tab10(np.linspace(0, 1, 10))
+    low, high = ax.get_ylim()
+    values = [float(r["value"]) for r in reported]
+    ax.set_ylim(min(low, *values) - 0.5, max(high, *values) + 0.5)
+    texts = []
+    for i, rep in enumerate(sorted(reported, key=lambda r: r["value"])):
+        colour = colours[(i + 3) % 10]
+        ax.axhline(rep["value"], ls="--", lw=1, color=colour)
+        k = rep.get("n_runs") or "?"
+        label = f"{rep['model']}: {rep['value']:.1f} ({rep['statistic']}, k={k})"
+        texts.append(
+            ax.annotate(
+                label, xy=(1.0, rep["value"]), xycoords=("axes fraction", "data"),
+                xytext=(LABEL_X, rep["value"]), textcoords=("axes fraction", "data"), va="center", fontsize=8,
+                color=colour, annotation_clip=False,
+                arrowprops={"arrowstyle": "-", "color": colour, "lw": 0.8, "relpos": (0, 0.5)},
+            )  # fmt: skip
+        )
+    # Spread the labels in data units: one text height (plus a little) apart, in value order.
+    renderer = fig.canvas.get_renderer()
+    # The text's own box (an Annotation's extent also holds its connector line).
+    height = max(Text.get_window_extent(t, renderer).height for t in texts) * 1.25
+    to_data = ax.transData.inverted()
+    gap = to_data.transform((0, height))[1] - to_data.transform((0, 0))[1]
+    for text, y in zip(texts, spread([t.xyann[1] for t in texts], gap), strict=True):
+        text.xyann = (LABEL_X, y)
+
+
+def spread(positions: Sequence[float], gap: float) -> list[float]:
+    """Sorted positions moved apart to at least `gap` each, keeping their order and their mean."""
+    moved = list(positions)
+    for i in range(1, len(moved)):
+        moved[i] = max(moved[i], moved[i - 1] + gap)
+    shift = float(np.mean(positions) - np.mean(moved))  # centre the stack on the values
+    return [y + shift for y in moved]
 
 
 def lr_batch_heatmaps(records: Sequence[dict[str, Any]]) -> plt.Figure:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from suite.data.hub import source_sha256
 from suite.errors import DataError, SpecError, SuiteError
 from suite.heads.registry import PreparedTask
-from suite.provenance import file_sha256
 from suite.sweep import SweepSpec, seed_grid
 
 
@@ -40,8 +40,8 @@ def check_planned_inputs(task: PreparedTask, sweep: SweepSpec, spec_path: str | 
 
 def data_hashes(task: PreparedTask) -> dict[str, str | None]:
     """Content hash of every data file the plan reads (call after `check_planned_inputs`,
-    which loads every split); hub sources are named by their source string."""
-    return {label: file_sha256(source) or source for label, source in sorted(task.data.sources.items())}
+    which loads every split); a hub split by its datasets fingerprint, else its source string."""
+    return {label: source_sha256(source) or source for label, source in sorted(task.data.sources.items())}
 
 
 def check_writable(folder: Path) -> None:

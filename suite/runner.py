@@ -16,12 +16,13 @@ from typing import Any
 import torch
 
 from suite import __version__
+from suite.data.hub import source_sha256
 from suite.data.paths import data_dir
 from suite.devices import resolve_trainer, worker_environment
 from suite.errors import SuiteError
 from suite.leaderboard import write_leaderboard
 from suite.prepare import fingerprint_of, setup_study, trainer_options
-from suite.provenance import file_sha256, git_commit
+from suite.provenance import git_commit
 from suite.spec import TaskSpec, spec_hash
 from suite.statistics import summarize
 from suite.study import public_url
@@ -262,8 +263,9 @@ def run_info(task: TaskSpec, sweep: SweepSpec, profile: str, model: str, prepare
         "profile": profile,
         "model": model,
         "model_revision": model_revision(model),
+        "data_origin": prepared.data.origin,  # local files, or hub path/name/revision
         "data_sources": prepared.data.sources,
-        "data_sha256": {k: file_sha256(v) for k, v in prepared.data.sources.items()},
+        "data_sha256": {k: source_sha256(v) for k, v in prepared.data.sources.items()},
         "git_commit": git_commit(),
         "baseline": prepared.baseline,
         "threads": torch.get_num_threads(),

@@ -28,6 +28,7 @@ from pydantic import Strict as StrictType
 
 from suite.errors import SpecError
 from suite.metrics import METRICS_BY_HEAD
+from suite.spec_hub import HubSource, hub_labels_problem
 
 if TYPE_CHECKING:  # suite.sweep builds on this module's Strict base
     from suite.sweep import SweepSpec
@@ -94,15 +95,6 @@ def _no_duplicates(values: list[Any] | None, what: str, field: str = "") -> None
         if (key := repr(value)) in seen:
             raise FieldError(field, f"{what} {value!r} is listed twice")
         seen.add(key)
-
-
-class HubSource(Strict):
-    path: str
-    name: str | None = None
-    revision: str | None = None
-    train_split: str = "train"
-    validation_split: str = "validation"
-    test_split: str | None = None
 
 
 class DataSpec(Strict):
@@ -192,13 +184,11 @@ PositiveInt = Annotated[int, StrictType(), Field(ge=1)]
 class QASpec(Strict):
     """Extractive QA: few-shot split files, the held-out evaluation pool, windows, decoding."""
 
-    train_sizes: list[PositiveInt] = Field(
-        min_length=1, description="sizes that have split files (data.train pattern)"
-    )
-    split_seeds: list[Int] = Field(
-        min_length=1, description="seeds that have split files; subsample seeds pick them"
-    )
-    eval_pool: list[str] = Field(min_length=1, description="files whose questions form the held-out pool")
+    # The split files and the pool are a local source's; a hub source subsamples its train split
+    # and evaluates on its validation split.
+    train_sizes: list[PositiveInt] = Field([], description="sizes that have split files (data.train pattern)")
+    split_seeds: list[Int] = Field([], description="seeds that have split files; subsample seeds pick them")
+    eval_pool: list[str] = Field([], description="files whose questions form the held-out pool")
     eval_seed: Int = 0
     doc_stride: Int = Field(128, ge=8)
     n_best: Int = Field(20, ge=1)
@@ -278,6 +268,10 @@ class TaskSpec(Strict):
             # Entity types: the B-/I- prefixes and O are added by the suite.
             if bad := [t for t in self.labels if t == "O" or t[:2] in ("B-", "I-", "E-", "S-")]:
                 raise FieldError("labels", f"{bad[0]!r} is a tag; list entity types (e.g. PER) instead")
+        if self.data.hub and (
+            problem := hub_labels_problem(self.data.hub, self.head, self.labels, self.regression)
+        ):
+            raise FieldError("data.hub.labels", problem)
 
     def _check_head(self) -> None:
         if self.head == "tagging" and self.data.format != "conll":
@@ -294,7 +288,11 @@ class TaskSpec(Strict):
             raise FieldError("data.format", "a span task needs `data.format: mrqa` or `squad`")
         if self.qa is None:
             raise FieldError("qa", "a span task needs a `qa` block")
-        if bad := [s for s in self.sizes if s not in self.qa.train_sizes]:
+        if self.data.local is not None:
+            for field in ("train_sizes", "split_seeds", "eval_pool"):
+                if not getattr(self.qa, field):
+                    raise FieldError(f"qa.{field}", "a local QA source needs a non-empty list")
+        if self.data.local is not None and (bad := [s for s in self.sizes if s not in self.qa.train_sizes]):
             raise FieldError(
                 "sizes", f"size {bad[0]} has no few-shot split file (qa.train_sizes {self.qa.train_sizes})"
             )

@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 
 from suite.data.cache import cached, tokenizer_fingerprint
+from suite.data.hub import HUB_PREFIX, data_origin, load_split, source_sha256, use_hub
 from suite.data.paths import local_file
 from suite.data.subsample import regression_strata, subsample_indices
-from suite.data.tables import Rows, read_hub_split, read_rows, require_columns
+from suite.data.tables import Rows, read_rows, require_columns
 from suite.errors import DataError
-from suite.provenance import file_sha256
 from suite.spec import TaskSpec
 
 Features = list[dict[str, Any]]
@@ -27,6 +27,7 @@ class ClassificationData:
         self.spec = spec
         self.tokenizer = tokenizer
         self.sources: dict[str, str] = {}
+        self.origin = data_origin(spec.data, root)
         self.texts: dict[str, list[tuple[str, ...]]] = {}
         self.labels: dict[str, np.ndarray] = {}
         # "dev" is whichever split is evaluated: validation by default, test on request.
@@ -35,13 +36,12 @@ class ClassificationData:
 
     def _load(self, key: str, split: str, root: Path | None) -> None:
         spec, data = self.spec, self.spec.data
-        if data.local is not None and (root is not None or data.hub is None):
+        if use_hub(data, root):
+            found, source = load_split(data.hub, split, [*data.text, data.label], data.label, spec.name)
+            rows = Rows(found)
+        else:
             path = local_file(root, data.local, getattr(data, split), split, spec.name)
             rows, source = read_rows(path, data.format, data.header, data.columns), str(path)
-        else:
-            hub = data.hub
-            name = getattr(hub, f"{split}_split")
-            rows, source = read_hub_split(hub.path, hub.name, hub.revision, name), f"hub:{hub.path}/{name}"
         require_columns(rows, [*data.text, data.label], source, spec.name)
         self.sources[key] = source
         self.texts[key] = [tuple(row[c] for c in data.text) for row in rows]
@@ -68,6 +68,7 @@ class ClassificationData:
                 raise DataError(
                     f"task {self.spec.name}: {source}: {rows.where(i)}: label {row[column]!r} is not in "
                     f"the spec's labels {self.spec.labels}"
+                    + (" (map it in data.hub.labels)" * source.startswith(HUB_PREFIX))
                 )
         return np.array([index[str(row[column])] for row in rows], dtype=np.int64)
 
@@ -94,7 +95,7 @@ class ClassificationData:
             "version": 2,  # features carry their position (`example`) in the requested order
             "tokenizer": tokenizer_fingerprint(self.tokenizer),
             "source": self.sources[split],
-            "sha256": file_sha256(self.sources[split]),
+            "sha256": source_sha256(self.sources[split]),
             "text": self.spec.data.text,
             "labels": self.spec.labels,
             "max_length": self.spec.max_length,

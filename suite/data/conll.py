@@ -86,7 +86,9 @@ TO_IOB2 = {"iob1": iob1_to_iob2, "iob2": lambda tags: tuple(tags), "iobes": iobe
 PREFIXES = {"iob1": ("B-", "I-"), "iob2": ("B-", "I-"), "iobes": ("B-", "I-", "E-", "S-")}
 
 
-def check_tags(sentences: list[Sentence], types: list[str], path: Path, scheme: str | None = None) -> None:
+def check_tags(
+    sentences: list[Sentence], types: list[str], path: Path | str, scheme: str | None = None
+) -> None:
     """Every tag is O or a prefix of the file's scheme plus one of the spec's entity types.
 
     `scheme` is the task's `data.tag_scheme`; without it any IOB/IOBES prefix passes.
@@ -96,7 +98,10 @@ def check_tags(sentences: list[Sentence], types: list[str], path: Path, scheme: 
     for sentence in sentences:
         for offset, tag in enumerate(sentence.tags):
             if tag != "O" and not (tag[:2] in prefixes and tag[2:] in types):
-                raise DataError(
-                    f"{path}:{sentence.line + offset}: tag {tag!r} is not O or {named} of the "
-                    f"spec's labels {types}"
+                # A hub row (line 0) is named by its row and token; a file's tag by its line.
+                where = (
+                    f"{path}:{sentence.line + offset}"
+                    if sentence.line
+                    else (f"{path}: row {sentence.document + 1}, token {offset + 1}")
                 )
+                raise DataError(f"{where}: tag {tag!r} is not O or {named} of the spec's labels {types}")

@@ -17,7 +17,10 @@ from typing import Any
 import numpy as np
 
 from suite.data.cache import cached, tokenizer_fingerprint
+from suite.data.classification import EVAL_SUBSAMPLE_SEED
+from suite.data.hub import SPAN_COLUMNS, data_origin, load_split, source_sha256, use_hub
 from suite.data.paths import local_file
+from suite.data.subsample import subsample_indices
 from suite.data.tables import read_text, text_lines
 from suite.errors import DataError
 from suite.provenance import file_sha256
@@ -116,6 +119,21 @@ def _squad_example(qa: Any, context: str, where: str) -> QAExample:
     )
 
 
+def _hub_example(row: dict[str, Any], index: int, source: str) -> QAExample:
+    """A hub row in SQuAD's layout (answers: {text: [...], answer_start: [...]}), checked as a
+    SQuAD v1.1 JSON question is."""
+    answers = row["answers"]
+    if not isinstance(answers, dict) or not isinstance(answers.get("text"), list):
+        raise DataError(
+            f"{source}: row {index + 1}: field 'answers': expected {{text: [...], answer_start: [...]}}"
+        )
+    spans = zip(answers["text"], answers.get("answer_start") or [], strict=False)
+    qa = {**row, "answers": [{"text": text, "answer_start": start} for text, start in spans]}
+    return _squad_example(
+        qa, _get(row, "context", str, f"{source}: row {index + 1}"), f"{source}: row {index + 1}"
+    )
+
+
 def _get(obj: Any, key: str, kind: type, where: str) -> Any:
     """obj[key], of the given type, or a one-line error naming where it is missing."""
     if not isinstance(obj, dict):
@@ -138,6 +156,16 @@ class QAData:
         self.spec, self.tokenizer, self.qa = spec, tokenizer, spec.qa
         self.root = root
         self.sources: dict[str, str] = {}
+        self.origin = data_origin(spec.data, root)
+        self.train: dict[str, list[QAExample]] = {}
+        self.dev: list[QAExample] = []
+        self._current: list[QAExample] = []
+        self._current_file: str | None = None  # the training split file in use
+        self.pool: list[QAExample] = []
+        self.hub = use_hub(spec.data, root)
+        if self.hub:
+            self._load_hub()
+            return
         pool: dict[str, QAExample] = {}
         for name in self.qa.eval_pool:
             path = local_file(root, spec.data.local, name, "qa.eval_pool", spec.name)
@@ -149,10 +177,24 @@ class QAData:
         self.pool = sorted(
             pool.values(), key=lambda e: hashlib.sha256(f"{self.qa.eval_seed}:{e.id}".encode()).hexdigest()
         )
-        self.train: dict[str, list[QAExample]] = {}
-        self.dev: list[QAExample] = []
-        self._current: list[QAExample] = []
-        self._current_file: str | None = None  # the training split file in use
+
+    def _load_hub(self) -> None:
+        """A hub source: training subsamples are drawn from its train split (by the subsample
+        seed), and its evaluation split (e.g. SQuAD's official dev set) is evaluated, or a fixed
+        seeded sample of `eval_limit` questions of it."""
+        loaded = {}
+        for key, split in (("train", "train"), ("dev", self.spec.eval_split)):
+            rows, source = load_split(self.spec.data.hub, split, list(SPAN_COLUMNS), None, self.spec.name)
+            loaded[key] = [_hub_example(row, i, source) for i, row in enumerate(rows)]
+            self.sources[key] = source
+        self._current, dev = loaded["train"], loaded["dev"]
+        limit = self.spec.eval_limit or "full"
+        self.dev = [dev[i] for i in subsample_indices(len(dev), limit, EVAL_SUBSAMPLE_SEED)]
+
+    @property
+    def eval_label(self) -> str | None:
+        """What the evaluation set is when it is not the task's own split (None: it is)."""
+        return None if self.hub else EVAL_POOL_LABEL
 
     def _train_split(self, size: int | str, split_seed: int) -> tuple[str, list[QAExample]]:
         if str(size) not in {str(s) for s in self.qa.train_sizes} or split_seed not in self.qa.split_seeds:
@@ -177,6 +219,8 @@ class QAData:
         Pre-flight loads every split of the plan first, so all trials of a study evaluate on
         one set (otherwise split 42's and 43's sets differ and the subsample variance would
         mix training data with evaluation-set changes)."""
+        if self.hub:
+            return subsample_indices(len(self._current), size, subsample_seed)
         name, split = self._train_split(size, subsample_seed)
         used = {e.id for examples in self.train.values() for e in examples}
         limit = self.spec.eval_limit or len(self.pool)
@@ -214,6 +258,8 @@ class QAData:
     def _content_hashes(self) -> dict[str, str | None]:
         """sha256 of the files behind the examples (the training split and the pool): an edited
         file with the same question ids never reuses stale features."""
+        if self.hub:
+            return {key: source_sha256(source) for key, source in self.sources.items()}
         keys = [f"pool:{name}" for name in self.qa.eval_pool]
         if self._current_file is not None:
             keys.append(f"train:{self._current_file}")

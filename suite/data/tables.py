@@ -1,4 +1,4 @@
-"""Readers for row-per-example files: GLUE TSV, CSV and JSON Lines; or a hub dataset.
+"""Readers for row-per-example files: GLUE TSV, CSV and JSON Lines (hub datasets: hub.py).
 
 GLUE TSVs are read with quoting off (RTE has unbalanced quotes) and a leading UTF-8 BOM dropped
 (MRPC's header starts with one); header-less files (CoLA) take their column names from the spec.
@@ -97,20 +97,6 @@ def _as_text(value: Any) -> Any:
     # Numbers and booleans as TSV would hold them (labels compare as text); null, lists and
     # objects stay as they are, for `require_columns` to reject.
     return str(value) if isinstance(value, bool | int | float) else value
-
-
-def read_hub_split(path: str, name: str | None, revision: str | None, split: str) -> Rows:
-    """A split of a Hugging Face hub dataset (needs network or a warm HF cache)."""
-    import datasets
-
-    try:
-        data = datasets.load_dataset(path, name, revision=revision, split=split)
-    except Exception as err:  # the hub raises many kinds; all mean "not available here"
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise DataError(f"hub dataset {path}/{name} split {split}: not available ({first})") from None
-    if len(data) == 0:
-        raise DataError(f"hub dataset {path}/{name} split {split}: no examples")
-    return Rows([dict(row) for row in data])
 
 
 def require_columns(rows: list[Row], names: list[str], path: str, task: str) -> None:

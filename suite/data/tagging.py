@@ -16,9 +16,10 @@ import numpy as np
 from suite.data.cache import cached, tokenizer_fingerprint
 from suite.data.classification import EVAL_SUBSAMPLE_SEED
 from suite.data.conll import TO_IOB2, Sentence, check_tags, read_conll
+from suite.data.hub import TAGGING_COLUMNS, data_origin, load_split, source_sha256, use_hub
 from suite.data.paths import local_file
 from suite.data.subsample import subsample_indices
-from suite.provenance import file_sha256
+from suite.errors import DataError
 from suite.spec import TaskSpec
 
 IGNORE = -100
@@ -39,18 +40,23 @@ class TaggingData:
         self.tags = tag_vocabulary(spec.labels)
         self.tag_index = {t: i for i, t in enumerate(self.tags)}
         self.sources: dict[str, str] = {}
+        self.origin = data_origin(spec.data, root)
         self.sentences: dict[str, list[Sentence]] = {}
         for split in ("train", spec.eval_split):
             self._load("train" if split == "train" else "dev", split, root)
 
     def _load(self, key: str, split: str, root: Path | None) -> None:
         data = self.spec.data
-        path = local_file(root, data.local, getattr(data, split), split, self.spec.name)
-        sentences = read_conll(path, data.token_column, data.tag_column)
-        check_tags(sentences, self.spec.labels, path, data.tag_scheme)
+        if use_hub(data, root):
+            rows, source = load_split(data.hub, split, list(TAGGING_COLUMNS), "tags", self.spec.name)
+            sentences = [_hub_sentence(row, i, source, self.spec.name) for i, row in enumerate(rows)]
+        else:
+            path = local_file(root, data.local, getattr(data, split), split, self.spec.name)
+            sentences, source = read_conll(path, data.token_column, data.tag_column), str(path)
+        check_tags(sentences, self.spec.labels, source, data.tag_scheme)
         convert = TO_IOB2[data.tag_scheme]
         self.sentences[key] = [Sentence(s.tokens, convert(s.tags), s.document, s.line) for s in sentences]
-        self.sources[key] = str(path)
+        self.sources[key] = source
 
     @property
     def num_labels(self) -> int:
@@ -73,7 +79,7 @@ class TaggingData:
             "kind": "tagging",
             "tokenizer": tokenizer_fingerprint(self.tokenizer),
             "source": self.sources[split],
-            "sha256": file_sha256(self.sources[split]),
+            "sha256": source_sha256(self.sources[split]),
             "tags": self.tags,
             "scheme": self.spec.data.tag_scheme,
             "all_subtokens": self.spec.tagging.label_all_subtokens,
@@ -125,6 +131,14 @@ class TaggingData:
             "sentence": position,
             "first_word": start,
         }
+
+
+def _hub_sentence(row: dict[str, Any], index: int, source: str, task: str) -> Sentence:
+    """A hub row's words and tags (one each); `line` 0 marks it as a row, not a file line."""
+    tokens, tags = row["tokens"], row["tags"]
+    if not isinstance(tokens, list) or not isinstance(tags, list) or len(tokens) != len(tags):
+        raise DataError(f"task {task}: {source}: row {index + 1}: expected as many tags as tokens")
+    return Sentence(tuple(str(t) for t in tokens), tuple(tags), index, 0)
 
 
 def word_windows(counts: np.ndarray, budget: int) -> list[tuple[int, int]]:

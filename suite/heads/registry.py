@@ -12,7 +12,7 @@ from transformers import DataCollatorWithPadding, PreTrainedModel
 
 from suite import stabilisers
 from suite.data.classification import ClassificationData
-from suite.data.squad import EVAL_POOL_LABEL, QAData
+from suite.data.squad import QAData
 from suite.data.tagging import TaggingData, assemble, collate_tagging
 from suite.errors import SpecError
 from suite.heads.base import EncoderModule
@@ -112,13 +112,16 @@ def _span(spec: TaskSpec, root: Path | None, tokenizer: Any) -> PreparedTask:
 
     def note() -> dict[str, Any]:
         return {
-            "label": EVAL_POOL_LABEL,
+            "label": data.eval_label,
             "questions": len(data.dev),
             "pool": len(data.pool),
             "pool_files": spec.qa.eval_pool,
         }
 
-    return PreparedTask(spec, data, tokenizer, collate_span(tokenizer), baseline, build, note)
+    # A hub source evaluates its own evaluation split: no note, as for the other heads.
+    return PreparedTask(
+        spec, data, tokenizer, collate_span(tokenizer), baseline, build, None if data.hub else note
+    )
 
 
 HEADS: dict[str, Callable[[TaskSpec, Path | None, Any], PreparedTask]] = {

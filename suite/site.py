@@ -1,0 +1,156 @@
+"""`suite site LEADERBOARD.json... -o site/`: one static page over leaderboards.
+
+Everything is inlined (data, CSS, JS, SVG), so the page opens from disk with no server and no
+network: a sortable, filterable table of entries (median with its interval, IQR, failure rate
+with its Wilson interval, comparable reported numbers with citation links) and each entry's
+score distribution as an inline SVG strip and box plot (red: failed runs).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suite.leaderboard import read_leaderboard
+
+WIDTH, HEIGHT, PAD = 220, 34, 6  # the distribution plot, in px
+
+
+def _setting(hparams: dict[str, Any]) -> str:
+    keys = ("lr", "batch_size", "epochs")
+    main = [
+        f"{k}={hparams[k]:g}" if isinstance(hparams.get(k), float) else f"{k}={hparams.get(k)}" for k in keys
+    ]
+    rest = [f"{k}={v}" for k, v in sorted(hparams.items()) if k not in keys]
+    return " ".join(main + rest)
+
+
+def _interval(block: dict[str, Any] | None, scale: float = 100.0) -> list[float] | None:
+    ci = (block or {}).get("ci95")
+    return [scale * ci[0], scale * ci[1]] if ci else None
+
+
+def _citation(rep: dict[str, Any]) -> dict[str, Any]:
+    url = f"https://arxiv.org/abs/{rep['arxiv']}" if rep.get("arxiv") else None
+    gap = rep.get("gap") or {}
+    return {
+        "model": rep["model"],
+        "value": rep["value"],
+        "statistic": rep["statistic"],
+        "n_runs": rep.get("n_runs"),
+        "source": rep.get("source", ""),
+        "url": url,
+        "percentile": gap.get("percentile"),
+    }
+
+
+def _row(entry: dict[str, Any], board: str, scale: tuple[float, float]) -> dict[str, Any]:
+    summary = entry["summary"]
+    stats, intervals = summary["all"], summary["intervals"]
+    scores = [(100 * r["score"], bool(r.get("failed"))) for r in entry["runs"] if r.get("score") is not None]
+    median = stats.get("median")
+    return {
+        "board": board,
+        "rank": entry["rank"],
+        "task": entry["task"],
+        "model": entry["model"],
+        "size": entry["size"],
+        "setting": _setting(entry["setting"]),
+        "metric": entry["metric"],
+        "split": entry["eval_split"],
+        "runs": summary["runs"],
+        "median": None if median is None else 100 * median,
+        "median_ci": _interval(intervals.get("median")),
+        "iqr": None if stats.get("iqr") is None else 100 * stats["iqr"],
+        "failure_rate": summary["failure_rate"],
+        "failure_ci": _interval(intervals.get("failure_rate"), 1.0),
+        "unit": (intervals.get("median") or {}).get("unit", ""),
+        "reported": [_citation(r) for r in entry["reported"] if r["comparable"]],
+        "context": sum(1 for r in entry["reported"] if not r["comparable"]),
+        "svg": distribution_svg(scores, scale),
+    }
+
+
+def distribution_svg(scores: list[tuple[float, bool]], scale: tuple[float, float]) -> str:
+    """One entry's runs on a shared axis: a box (quartiles, median, whiskers to min/max) and a
+    dot per run (red: failed), with the axis ends labelled."""
+    low, high = scale
+    span = (high - low) or 1.0
+
+    def x(value: float) -> float:
+        return PAD + (WIDTH - 2 * PAD) * (value - low) / span
+
+    parts = [
+        f'<svg class="dist" width="{WIDTH}" height="{HEIGHT + 10}" viewBox="0 0 {WIDTH} {HEIGHT + 10}" '
+        f'role="img" aria-label="{len(scores)} run scores">',
+        f'<line x1="{PAD}" x2="{WIDTH - PAD}" y1="{HEIGHT}" y2="{HEIGHT}" stroke="#bbb"/>',
+        f'<text x="{PAD}" y="{HEIGHT + 9}" font-size="8">{low:.1f}</text>',
+        f'<text x="{WIDTH - PAD}" y="{HEIGHT + 9}" font-size="8" text-anchor="end">{high:.1f}</text>',
+    ]
+    values = np.array([s for s, _ in scores])
+    if len(values):
+        q1, med, q3 = np.percentile(values, [25, 50, 75])
+        parts += [
+            f'<line x1="{x(values.min()):.1f}" x2="{x(values.max()):.1f}" y1="14" y2="14" stroke="#666"/>',
+            f'<rect x="{x(q1):.1f}" y="7" width="{max(x(q3) - x(q1), 1):.1f}" height="14" '
+            'fill="#dde6f3" stroke="#666"/>',
+            f'<line x1="{x(med):.1f}" x2="{x(med):.1f}" y1="7" y2="21" stroke="#222" stroke-width="2"/>',
+        ]
+    rng = np.random.default_rng(0)  # a fixed jitter: the page is the same on every build
+    for value, failed in scores:
+        colour = "#d62728" if failed else "#1f77b4"
+        parts.append(
+            f'<circle cx="{x(value):.1f}" cy="{26 + rng.uniform(-3, 3):.1f}" r="2.5" fill="{colour}" '
+            f'fill-opacity="0.75"><title>{value:.2f}{" (failed)" if failed else ""}</title></circle>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _scales(entries: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[float, float]]:
+    """One axis per (task, metric), so that rows of one task compare by eye."""
+    values: dict[tuple[str, str], list[float]] = {}
+    for e in entries:
+        scored = [100 * r["score"] for r in e["runs"] if r.get("score") is not None]
+        values.setdefault((e["task"], e["metric"]), []).extend(scored)
+    return {k: (min(v), max(v)) if v else (0.0, 100.0) for k, v in values.items()}
+
+
+def build_rows(paths: list[Path]) -> list[dict[str, Any]]:
+    """Every entry of every (validated) leaderboard, as the page's rows."""
+    boards = [(str(p), read_leaderboard(p)["entries"]) for p in paths]
+    scales = _scales([e for _, entries in boards for e in entries])
+    return [_row(e, name, scales[(e["task"], e["metric"])]) for name, entries in boards for e in entries]
+
+
+def render(rows: list[dict[str, Any]], sources: list[str]) -> str:
+    """The page: data as JSON in the page (`</` escaped), the hand-written CSS and JS inlined."""
+    from suite.site_assets import CONTROLS, CSS, JS
+
+    data = json.dumps(rows, sort_keys=True).replace("</", "<\\/")
+    title = "suite leaderboard"
+    return (
+        "<!doctype html>\n"
+        f'<html lang="en"><head><meta charset="utf-8"><title>{title}</title>\n'
+        f"<style>{CSS}</style></head>\n<body>\n"
+        f'<h1>{title}</h1>\n<p class="sources">{len(rows)} entries from '
+        f"{html.escape(', '.join(sources))}. Scores x100; intervals are 95%; click a column to sort.</p>\n"
+        f"{CONTROLS}"
+        f'<script id="data" type="application/json">{data}</script>\n'
+        f"<script>{JS}</script>\n</body></html>\n"
+    )
+
+
+def write_site(paths: list[Path], out: Path) -> Path:
+    """Write `out/index.html` for the given leaderboards; returns its path."""
+    from suite.study import write_atomic
+
+    rows = build_rows(paths)
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / "index.html"
+    write_atomic(page, render(rows, [p.name for p in paths]))
+    return page

@@ -1,0 +1,171 @@
+"""The leaderboard page's hand-written CSS, controls and JS (inlined by suite/site.py)."""
+
+CSS = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.4em; margin: 0 0 .3em; }
+.sources, #count { color: #555; }
+.controls { display: flex; gap: 1em; align-items: center; margin: .8em 0; }
+input, select { font: inherit; padding: .2em .4em; }
+table { border-collapse: collapse; width: 100%; }
+th, td { border-bottom: 1px solid #e3e3e3; padding: .35em .5em; text-align: left; vertical-align: middle; }
+th { background: #f5f5f5; position: sticky; top: 0; cursor: pointer; user-select: none; white-space: nowrap; }
+th[aria-sort="ascending"]::after { content: " \\25B2"; }
+th[aria-sort="descending"]::after { content: " \\25BC"; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td .ci { color: #777; font-size: .85em; }
+td.setting { font-family: ui-monospace, monospace; font-size: .85em; }
+ul.reported { margin: 0; padding-left: 1em; }
+.context { color: #888; font-size: .85em; }
+"""
+
+CONTROLS = """
+<div class="controls">
+  <label>Filter <input id="filter" type="search" placeholder="task, model, setting, size"></label>
+  <label>Task <select id="task"><option value="">all</option></select></label>
+  <span id="count"></span>
+</div>
+<table id="board">
+  <thead><tr>
+    <th data-key="rank">rank</th><th data-key="task">task</th><th data-key="metric">metric</th>
+    <th data-key="model">model</th>
+    <th data-key="size">size</th><th data-key="setting">setting</th><th data-key="runs">runs</th>
+    <th data-key="median">median [95% CI]</th><th data-key="iqr">IQR</th>
+    <th data-key="failure_rate">failure rate [95% CI]</th><th data-key="distribution">scores</th>
+    <th data-key="reported">comparable reported numbers</th>
+  </tr></thead>
+  <tbody></tbody>
+</table>
+"""
+
+JS = """
+(function () {
+  "use strict";
+  const rows = JSON.parse(document.getElementById("data").textContent);
+  const body = document.querySelector("#board tbody");
+  const state = { key: "rank", dir: 1, text: "", task: "" };
+
+  const num = (v, digits) => (v === null || v === undefined ? "\\u2013" : v.toFixed(digits));
+  const sizeValue = (s) => (s === "full" ? Infinity : Number(s));
+
+  function value(row, key) {
+    if (key === "size") return sizeValue(row.size);
+    if (key === "reported") return row.reported.length;
+    if (key === "distribution") return row.median;
+    return row[key];
+  }
+
+  function compare(a, b) {
+    if (a === b) return 0;
+    if (a === null || a === undefined) return 1;   // no value: last in either direction
+    if (b === null || b === undefined) return -1;
+    if (typeof a === "number" && typeof b === "number") return (a - b) * state.dir;
+    return String(a).localeCompare(String(b)) * state.dir;
+  }
+
+  function cell(tr, className, content) {
+    const td = document.createElement("td");
+    if (className) td.className = className;
+    if (content instanceof Node) td.appendChild(content); else td.textContent = content;
+    tr.appendChild(td);
+    return td;
+  }
+
+  function withInterval(text, ci, digits, suffix) {
+    const span = document.createElement("span");
+    span.textContent = text;
+    if (ci) {
+      const small = document.createElement("span");
+      small.className = "ci";
+      small.textContent = " [" + num(ci[0], digits) + suffix + ", " + num(ci[1], digits) + suffix + "]";
+      span.appendChild(small);
+    }
+    return span;
+  }
+
+  function reported(row) {
+    const box = document.createElement("div");
+    if (row.reported.length) {
+      const list = document.createElement("ul");
+      list.className = "reported";
+      for (const r of row.reported) {
+        const item = document.createElement("li");
+        const runs = r.n_runs ? " of " + r.n_runs : "";
+        const label = r.model + ": " + r.value.toFixed(1) + " (" + r.statistic + runs + ")";
+        const link = document.createElement(r.url ? "a" : "span");
+        link.textContent = label;
+        link.title = r.source;
+        if (r.url) { link.href = r.url; link.rel = "noopener"; }
+        item.appendChild(link);
+        if (r.percentile !== null && r.percentile !== undefined) {
+          item.appendChild(document.createTextNode(" \\u2013 our percentile " + r.percentile.toFixed(0)));
+        }
+        list.appendChild(item);
+      }
+      box.appendChild(list);
+    }
+    if (row.context) {
+      const note = document.createElement("div");
+      note.className = "context";
+      note.textContent = row.context + " context number(s), not comparable";
+      box.appendChild(note);
+    }
+    return box;
+  }
+
+  function render(row) {
+    const tr = document.createElement("tr");
+    tr.className = "entry";
+    cell(tr, "num", String(row.rank));
+    cell(tr, "", row.task);
+    cell(tr, "", row.metric + (row.split === "validation" ? "" : " (" + row.split + ")"));
+    cell(tr, "", row.model);
+    cell(tr, "num", String(row.size));
+    cell(tr, "setting", row.setting);
+    cell(tr, "num", String(row.runs));
+    const median = cell(tr, "num median", withInterval(num(row.median, 1), row.median_ci, 1, ""));
+    median.title = "interval across " + row.unit;
+    cell(tr, "num", num(row.iqr, 1));
+    const rate = row.failure_rate === null ? null : 100 * row.failure_rate;
+    const ci = row.failure_ci ? [100 * row.failure_ci[0], 100 * row.failure_ci[1]] : null;
+    cell(tr, "num", withInterval(num(rate, 0) + "%", ci, 0, "%"));
+    const plot = cell(tr, "dist", "");
+    plot.innerHTML = row.svg;  // built by suite/site.py from numbers only
+    cell(tr, "", reported(row));
+    return tr;
+  }
+
+  function update() {
+    const text = state.text.toLowerCase();
+    const shown = rows.filter((r) =>
+      (!state.task || r.task === state.task) &&
+      (!text || [r.task, r.model, r.setting, String(r.size), r.metric].join(" ").toLowerCase().includes(text))
+    );
+    shown.sort((a, b) => compare(value(a, state.key), value(b, state.key)));
+    body.replaceChildren(...shown.map(render));
+    document.getElementById("count").textContent = shown.length + " of " + rows.length + " entries";
+    for (const th of document.querySelectorAll("#board th")) {
+      const order = state.dir > 0 ? "ascending" : "descending";
+      if (th.dataset.key === state.key) th.setAttribute("aria-sort", order);
+      else th.removeAttribute("aria-sort");
+    }
+  }
+
+  for (const th of document.querySelectorAll("#board th")) {
+    th.addEventListener("click", () => {
+      state.dir = state.key === th.dataset.key ? -state.dir : 1;
+      state.key = th.dataset.key;
+      update();
+    });
+  }
+  const select = document.getElementById("task");
+  for (const task of [...new Set(rows.map((r) => r.task))].sort()) {
+    const option = document.createElement("option");
+    option.value = option.textContent = task;
+    select.appendChild(option);
+  }
+  select.addEventListener("change", () => { state.task = select.value; update(); });
+  const filter = document.getElementById("filter");
+  filter.addEventListener("input", () => { state.text = filter.value; update(); });
+  update();
+})();
+"""
