@@ -79,10 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     site = sub.add_parser("site", help="a static, self-contained leaderboard page (site/index.html)")
     site.add_argument("leaderboards", nargs="+", help="leaderboard JSON files")
     site.add_argument("-o", "--output", default="site", help="folder for index.html (default: site)")
-    comp = sub.add_parser("compare", help="compare two studies' distributions")
+    comp = sub.add_parser("compare", help="compare two studies, or the recipes of one study")
     comp.add_argument("run_a")
-    comp.add_argument("run_b")
-    comp.add_argument("--plot", help="also save a comparison figure (PNG) here")
+    comp.add_argument("run_b", nargs="?", help="omit for the recipe table of RUN_A's study")
+    comp.add_argument("--reference", help="the recipe the others are tested against (default: the first)")
+    comp.add_argument("--plot", help="also save a comparison figure (PNG) here (two runs)")
     return parser
 
 
@@ -144,8 +145,19 @@ def main(argv: list[str] | None = None) -> int:
 def compare_command(args: argparse.Namespace) -> None:
     from suite.compare import compare, format_comparison, load_records
 
-    (info_a, a), (_, b) = load_records(Path(args.run_a)), load_records(Path(args.run_b))
+    info_a, a = load_records(Path(args.run_a))
     metric = info_a.get("task", {}).get("metric", {}).get("main", "score")
+    if args.run_b is None:
+        from suite.recipes import format_recipe_table, recipe_table
+
+        try:
+            print(format_recipe_table(recipe_table(a, args.reference), metric))
+        except SuiteError as err:
+            raise SuiteError(f"{args.run_a}: {err}") from None
+        return
+    if args.reference:
+        raise SuiteError("--reference: names a recipe of one study; give one run folder")
+    _, b = load_records(Path(args.run_b))
     labels = (args.run_a, args.run_b)
     print(format_comparison(compare(a, b), labels, metric))
     if args.plot:

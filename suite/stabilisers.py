@@ -31,8 +31,6 @@ from suite.sweep import HParams, SweepSpec
 
 LAYER_LISTS = ("encoder.layer", "transformer.layer", "layers")
 ABOVE_TOP = ("pooler.", "final_norm.")  # applied after the last layer: trained at the base rate
-# Families whose `auto` classification head reads the encoder's pooler.
-POOLED_AUTO_HEADS = ("bert", "albert", "megatron-bert", "mobilebert")
 
 
 @dataclass(frozen=True)

@@ -153,3 +153,21 @@ def test_concurrent_pops_never_hand_out_a_trial_twice(tmp_path: Path, backend: s
     ]
     popped = [int(n) for p in poppers for n in p.communicate(timeout=120)[0].split()]
     assert sorted(popped) == list(range(60))  # every queued trial once, none twice
+
+
+@pytest.mark.faults
+def test_sixteen_workers_pop_two_thousand_planned_trials_once_each() -> None:
+    """16 processes pop-and-complete 2,000 queued no-op trials from one PostgreSQL study, the way
+    `suite worker` pops them: every trial is handed out exactly once (benchmarks/queue.py prints
+    the pops per second of the same race)."""
+    from benchmarks.queue import plan, race
+
+    url = os.environ.get("SUITE_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("SUITE_TEST_POSTGRES_URL not set (.ci/run starts a server and sets it)")
+    name, _ = plan(url, 2000)
+    popped, seconds = race(url, name, workers=16)
+    assert sorted(popped) == list(range(2000))
+    states = Counter(t.state for t in optuna.load_study(study_name=name, storage=url).get_trials())
+    assert states == {optuna.trial.TrialState.COMPLETE: 2000}
+    print(f"16 workers: {len(popped) / seconds:.1f} pops/s")

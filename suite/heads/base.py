@@ -80,8 +80,9 @@ class EncoderModule(L.LightningModule):
 
     @property
     def uses_pooler(self) -> bool:
-        """Whether the head reads the encoder's pretrained pooler (re-initialised with the top layers)."""
-        return False
+        """Whether the head reads the encoder's pretrained pooler (re-initialised with the top
+        layers): heads that do not read it drop it when they are built (`drop_pooler`)."""
+        return getattr(self.encoder, "pooler", None) is not None
 
     def train(self, mode: bool = True) -> EncoderModule:
         super().train(mode)

@@ -26,7 +26,6 @@ from suite.errors import SpecError
 from suite.heads.base import EncoderModule
 from suite.metrics import classification_scores
 from suite.models import drop_pooler, encoder_inputs
-from suite.stabilisers import POOLED_AUTO_HEADS
 from suite.sweep import HParams
 
 Classifier = Literal["auto", "pooler", "cls"]
@@ -80,11 +79,6 @@ class ClassificationModule(EncoderModule):
         self._predictions: list[torch.Tensor] = []
         self._labels: list[torch.Tensor] = []
         self._examples: list[torch.Tensor] = []
-
-    @property
-    def uses_pooler(self) -> bool:
-        auto = self.classifier_kind == "auto" and self.encoder.config.model_type in POOLED_AUTO_HEADS
-        return self.classifier_kind == "pooler" or auto
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.classifier_kind == "auto":
