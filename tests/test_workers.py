@@ -158,9 +158,9 @@ def test_concurrent_pops_never_hand_out_a_trial_twice(tmp_path: Path, backend: s
 @pytest.mark.faults
 def test_sixteen_workers_pop_two_thousand_planned_trials_once_each() -> None:
     """16 processes pop-and-complete 2,000 queued no-op trials from one PostgreSQL study, the way
-    `suite worker` pops them: every trial is handed out exactly once (benchmarks/queue.py prints
+    `suite worker` pops them: every trial is handed out exactly once (benchmarks/pops.py prints
     the pops per second of the same race)."""
-    from benchmarks.queue import plan, race
+    from benchmarks.pops import plan, race
 
     url = os.environ.get("SUITE_TEST_POSTGRES_URL")
     if not url:

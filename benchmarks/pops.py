@@ -1,7 +1,7 @@
 """How fast many workers pop planned trials from one study, and whether any trial is handed out
 twice: N processes pop-and-complete M queued no-op trials the way `suite worker` pops them.
 
-    python -m benchmarks.queue --storage postgresql://... [--workers 16] [--trials 2000] [--grpc]
+    python -m benchmarks.pops --storage postgresql://... [--workers 16] [--trials 2000] [--grpc]
 
 `--grpc` puts Optuna's gRPC storage proxy between the workers and the database (one server
 process holds the only database connection pool; workers talk to it). Prints the enqueue time,
@@ -23,7 +23,7 @@ import optuna
 
 POPPER = """
 import sys, optuna
-from benchmarks.queue import pop_all
+from benchmarks.pops import pop_all
 print(" ".join(map(str, pop_all(sys.argv[1], sys.argv[2]))))
 """
 
