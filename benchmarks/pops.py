@@ -40,14 +40,14 @@ def connect(url: str) -> Any:
 
 def pop_all(url: str, study_name: str) -> list[int]:
     """Pops queued trials until none is left, completing each at once (a no-op trial)."""
-    from suite.study import _pop_planned, _queue_lock
+    from suite.trial_queue import pop_planned, queue_lock
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.load_study(study_name=study_name, storage=connect(url))
     popped = []
     while True:
-        with _queue_lock(study):
-            trial = _pop_planned(study)
+        with queue_lock(study):
+            trial = pop_planned(study)
         if trial is None:
             return popped
         study.tell(trial, 0.0)

@@ -30,7 +30,12 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, help="repeats (independent design) or N init x N order (crossed)")
     p.add_argument("--storage", help="Optuna storage URL (default: sqlite study.db in the run folder)")
     p.add_argument("--study", help="study name (default: task|model|sweep|profile)")
-    p.add_argument("--workers", type=int, default=1, help="local worker processes sharing the storage")
+    p.add_argument(
+        "--workers",
+        default="1",
+        help="local worker processes sharing the storage; auto: one per GPU, else one per CPU thread "
+        "(2 x 1 thread trains ~1.2x faster than 1 x 2 on 2 cores)",
+    )
     _add_set_arg(p)
     _add_common_args(p)
 

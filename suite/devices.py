@@ -45,6 +45,21 @@ def resolve_trainer(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def resolve_workers(workers: str | int, trainer: dict[str, Any], threads: int) -> int:
+    """`--workers`: a positive count, or `auto`: one worker per GPU, or on CPU one single-threaded
+    worker per thread of `--threads` (2 processes x 1 thread ran a 4-trial RTE sweep 1.2x faster
+    than 1 x 2: benchmarks/sweep.py --workers-check, benchmarks/RESULTS.md)."""
+    if str(workers) == "auto":
+        return max(1, torch.cuda.device_count()) if trainer["accelerator"] == "gpu" else max(1, threads)
+    try:
+        count = int(workers)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise SpecError(f"--workers: expected a positive integer or auto, got {workers!r}")
+    return count
+
+
 def worker_environment(index: int, trainer: dict[str, Any]) -> dict[str, str]:
     """Environment variables for local worker `index`: on GPUs, pins it to one device (round
     robin when there are more workers than devices)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.data.paths import data_dir
-from suite.devices import resolve_trainer
+from suite.devices import resolve_trainer, resolve_workers
 from suite.errors import SpecError
 from suite.spec import TaskSpec, load_sweep, load_task
 from suite.sweep import SweepSpec
@@ -96,10 +96,10 @@ def setup_study(args: argparse.Namespace) -> StudySetup:
 
     task_path, task, sweep_path, sweep = load_specs(args)
     model = args.model or task.model
-    for flag, value in (("--workers", args.workers), ("--threads", args.threads)):
-        if value < 1:
-            raise SpecError(f"{flag}: expected a positive integer, got {value}")
+    if args.threads < 1:
+        raise SpecError(f"--threads: expected a positive integer, got {args.threads}")
     trainer = resolve_trainer(trainer_options(args))
+    args.workers = resolve_workers(args.workers, trainer, args.threads)
 
     tokenizer = load_tokenizer(model)
     # A bad model, or a stabiliser it cannot take, fails before any data work; the weights stay cached.

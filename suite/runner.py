@@ -9,6 +9,7 @@ import platform
 import socket
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(s.threads)
         run_worker(study, s.prepared, s.model, sweep, s.trainer, progress=not args.quiet)
     else:
-        spawn_workers(args, url, name, s.threads, s.trainer)
+        spawn_workers(args, url, name, s.threads, s.trainer, None if args.quiet else study)
     write_outputs(study, folder, task)
     return exit_status(study)
 
@@ -107,7 +108,7 @@ def exit_status(study: Any) -> int:
 
 
 def spawn_workers(
-    args: argparse.Namespace, url: str, name: str, threads: int, trainer: dict[str, Any]
+    args: argparse.Namespace, url: str, name: str, threads: int, trainer: dict[str, Any], study: Any = None
 ) -> None:
     """N local worker processes on the shared storage, each with its share of the CPU threads
     (or, on GPUs, its own device).
@@ -134,9 +135,25 @@ def spawn_workers(
         subprocess.Popen(command, env={**os.environ, **worker_environment(i, trainer)})
         for i in range(args.workers)
     ]
-    codes = [w.wait() for w in workers]
+    codes = _wait(workers, study)
     if bad := [c for c in codes if c]:
         print(f"study {name}: {len(bad)} of {len(codes)} workers exited early (codes {bad})", file=sys.stderr)
+
+
+def _wait(workers: list[subprocess.Popen], study: Any) -> list[int]:
+    """Exit codes of the worker processes; meanwhile a progress bar over the study's ended trials."""
+    if study is None:
+        return [w.wait() for w in workers]
+    from tqdm.auto import tqdm
+
+    from suite.study import finished_records
+
+    with tqdm(desc=f"trials ({len(workers)} workers)", unit="trial") as bar:
+        while any(w.poll() is None for w in workers):
+            bar.update(len(finished_records(study)) - bar.n)
+            time.sleep(2)
+        bar.update(len(finished_records(study)) - bar.n)
+    return [w.returncode for w in workers]
 
 
 def run_worker(

@@ -27,7 +27,7 @@ class HParams(Strict):
     weight_decay: Float = Field(0.01, ge=0)
     bias_correction: Bool = True
     max_grad_norm: Float = Field(1.0, gt=0)
-    group_by_length: Bool = Field(False, description="batch examples of similar length (less padding)")
+    group_by_length: Bool = Field(False, description="batches of near-equal lengths (whole-set buckets)")
     min_steps: Int = Field(0, ge=0, description="train at least this many steps (more epochs on tiny sets)")
     # Stabilisers (suite/stabilisers.py): the remedies the variance papers tested.
     reinit_layers: Int = Field(0, ge=0, description="re-draw the top k encoder layers (and a used pooler)")

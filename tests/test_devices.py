@@ -53,3 +53,16 @@ def test_cli_refuses_a_multi_gpu_trial_before_training(tiny_task, tiny_models, t
     from tests.conftest import run_tiny
 
     run_tiny(tiny_task, tiny_models["bert"], "--devices", "2", expect=2)
+
+
+def test_workers_auto_is_one_per_gpu_or_one_per_cpu_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    from suite.devices import resolve_workers
+
+    cpu = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
+    assert resolve_workers("auto", cpu, threads=2) == 2
+    assert resolve_workers("3", cpu, threads=2) == 3
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert resolve_workers("auto", {**cpu, "accelerator": "gpu"}, threads=16) == 4
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(SpecError, match="--workers"):
+            resolve_workers(bad, cpu, threads=2)

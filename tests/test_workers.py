@@ -120,13 +120,14 @@ def test_sigkill_mid_trial_then_rerun_runs_every_planned_trial_once(
 
 POPPER = """
 import sys, optuna
-from suite.study import _pop_planned, _queue_lock, open_storage
+from suite.study import open_storage
+from suite.trial_queue import pop_planned, queue_lock
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 study = optuna.load_study(study_name=sys.argv[2], storage=open_storage(sys.argv[1]))
 got = []
 while True:
-    with _queue_lock(study):
-        trial = _pop_planned(study)
+    with queue_lock(study):
+        trial = pop_planned(study)
     if trial is None:
         break
     got.append(trial.number)
