@@ -75,6 +75,10 @@ def hf_search(args: argparse.Namespace, dynamic: bool) -> list[dict[str, Any]]:
     trials: list[dict[str, Any]] = []
 
     class Clock(TrainerCallback):
+        def on_train_begin(self, targs, state, control, **kwargs):  # noqa: ANN001, ANN201
+            # The setting as Trainer applied it (model_init may run before hp_space fills params).
+            trials[-1].update(learning_rate=targs.learning_rate, batch_size=targs.per_device_train_batch_size)
+
         def on_step_begin(self, targs, state, control, **kwargs):  # noqa: ANN001, ANN201
             trials[-1].setdefault("first_step", time.perf_counter())
 
@@ -86,7 +90,7 @@ def hf_search(args: argparse.Namespace, dynamic: bool) -> list[dict[str, Any]]:
 
     def model_init(trial: Any = None) -> Any:
         if trial is not None:  # Trainer also calls it once at construction, outside any trial
-            trials.append({"start": time.perf_counter(), "scores": [], **trial.params})
+            trials.append({"start": time.perf_counter(), "scores": []})
         return AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2)
 
     def accuracy(prediction: Any) -> dict[str, float]:
@@ -131,7 +135,7 @@ def hf_search(args: argparse.Namespace, dynamic: bool) -> list[dict[str, Any]]:
     lengths = [len(f["input_ids"]) for f in train]
     results = []
     for trial, end in zip(trials, ends, strict=True):
-        batch = trial["per_device_train_batch_size"]
+        batch = trial["batch_size"]
         padded = hf_grouped_padding(lengths, batch) if dynamic else len(lengths) * 128
         results.append(
             {

@@ -201,13 +201,14 @@ def main() -> None:
     )
     peak = matmul_peak(args.threads)
     results: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        if "suite" in args.ways:
-            results["(a) suite"] = suite_way(args, Path(tmp), workers=1)
-        if args.workers_check:
-            results["(a2) suite --workers 2"] = suite_way(args, Path(tmp), workers=2)
-        for way in (w for w in WAYS if w in args.ways):
-            results[WAYS[way]] = baseline_way(args, Path(tmp), way)
+    tmp = Path(tempfile.mkdtemp(prefix="suite-bench-"))  # kept: each way's raw results
+    print(f"raw results in {tmp}")
+    if "suite" in args.ways:
+        results["(a) suite"] = suite_way(args, tmp, workers=1)
+    if args.workers_check:
+        results["(a2) suite --workers 2"] = suite_way(args, tmp, workers=2)
+    for way in (w for w in WAYS if w in args.ways):
+        results[WAYS[way]] = baseline_way(args, tmp, way)
     peak = max(peak, matmul_peak(args.threads))
     flop = useful_flop(args)
     print(
