@@ -22,9 +22,10 @@ from typing import Any
 import optuna
 
 POPPER = """
-import sys, optuna
+import sys, time
 from benchmarks.pops import pop_all
-print(" ".join(map(str, pop_all(sys.argv[1], sys.argv[2]))))
+popped, first, last = pop_all(sys.argv[1], sys.argv[2])
+print(first, last, *popped)
 """
 
 
@@ -65,16 +66,17 @@ def plan(url: str, trials: int) -> tuple[str, float]:
 
 
 def race(url: str, name: str, workers: int) -> tuple[list[int], float]:
-    """`workers` processes pop the queue empty; returns every popped trial number and the seconds."""
-    start = time.perf_counter()
+    """`workers` processes pop the queue empty; returns every popped trial number and the seconds
+    from the first pop of any worker to the end of the last (process start-up excluded)."""
     poppers = [
         subprocess.Popen([sys.executable, "-c", POPPER, url, name], stdout=subprocess.PIPE, text=True)
         for _ in range(workers)
     ]
-    outputs = [p.communicate(timeout=1800)[0] for p in poppers]
+    outputs = [p.communicate(timeout=1800)[0].split() for p in poppers]
     if bad := [p.returncode for p in poppers if p.returncode]:
         raise RuntimeError(f"{len(bad)} popper processes failed: {bad}")
-    return [int(n) for out in outputs for n in out.split()], time.perf_counter() - start
+    first, last = min(float(o[0]) for o in outputs), max(float(o[1]) for o in outputs)
+    return [int(n) for o in outputs for n in o[2:]], last - first
 
 
 def grpc_proxy(url: str) -> tuple[subprocess.Popen, str]:
