@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script: `benchmarks` itself must be importable
 WAYS = {
     "hf-pad128": "(b) HF hp-search, pad to 128",
     "hf-dynamic": "(c) HF, dynamic + group_by_length",
@@ -138,6 +139,18 @@ def baseline_way(args: argparse.Namespace, folder: Path, way: str) -> dict[str, 
     return {**json.loads(out.read_text()), "total_s": total}
 
 
+def save(folder: Path, name: str, result: dict[str, Any]) -> dict[str, Any]:
+    (folder / f"{len(list(folder.glob('*.result.json')))}.result.json").write_text(
+        json.dumps({"name": name, **result})
+    )
+    return result
+
+
+def saved(folder: Path) -> list[tuple[str, Path]]:
+    paths = sorted(folder.glob("*.result.json"), key=lambda p: int(p.name.split(".")[0]))
+    return [(json.loads(p.read_text())["name"], p) for p in paths]
+
+
 def report(results: dict[str, dict[str, Any]], flop: float, peak: float) -> None:
     print(
         f"\n{'way':38s} {'s/trial':>8s} {'real tok':>9s} {'padding':>8s} {'GFLOP/s':>8s} {'of peak':>8s}"
@@ -192,6 +205,9 @@ def main() -> None:
     parser.add_argument("--ways", nargs="+", default=["suite", *WAYS], choices=["suite", *WAYS])
     parser.add_argument("--workers-check", action="store_true", help="also the suite as 2 workers x 1 thread")
     parser.add_argument("--replicas", action="store_true", help="also benchmarks/replicas.py")
+    parser.add_argument(
+        "--results-from", help="report the kept results of an earlier run (a raw results folder)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.size, args.epochs, args.lr = 128, 1, [5e-5]
@@ -201,14 +217,19 @@ def main() -> None:
     )
     peak = matmul_peak(args.threads)
     results: dict[str, dict[str, Any]] = {}
-    tmp = Path(tempfile.mkdtemp(prefix="suite-bench-"))  # kept: each way's raw results
-    print(f"raw results in {tmp}")
-    if "suite" in args.ways:
-        results["(a) suite"] = suite_way(args, tmp, workers=1)
-    if args.workers_check:
-        results["(a2) suite --workers 2"] = suite_way(args, tmp, workers=2)
-    for way in (w for w in WAYS if w in args.ways):
-        results[WAYS[way]] = baseline_way(args, tmp, way)
+    if args.results_from:  # report a finished run again from its kept results
+        results = {name: json.loads(path.read_text()) for name, path in saved(Path(args.results_from))}
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="suite-bench-"))  # kept: each way's raw results
+        print(f"raw results in {tmp}")
+        if "suite" in args.ways:
+            results["(a) suite"] = save(tmp, "(a) suite", suite_way(args, tmp, workers=1))
+        if args.workers_check:
+            results["(a2) suite --workers 2"] = save(
+                tmp, "(a2) suite --workers 2", suite_way(args, tmp, workers=2)
+            )
+        for way in (w for w in WAYS if w in args.ways):
+            results[WAYS[way]] = save(tmp, WAYS[way], baseline_way(args, tmp, way))
     peak = max(peak, matmul_peak(args.threads))
     flop = useful_flop(args)
     print(
