@@ -30,27 +30,27 @@ print(first, last, *popped)
 
 
 def connect(url: str) -> Any:
-    """A storage from a URL, or from `grpc://host:port` for the gRPC proxy."""
+    """A storage from an RDB URL (Optuna's cached RDB storage, as workers use it, without the
+    torch import of the suite's workers), or from `grpc://host:port` for the gRPC proxy."""
     if url.startswith("grpc://"):
         host, port = url.removeprefix("grpc://").split(":")
         return optuna.storages.GrpcStorageProxy(host=host, port=int(port))
-    from suite.study import open_storage
-
-    return open_storage(url)
+    return optuna.storages.get_storage(url)
 
 
-def pop_all(url: str, study_name: str) -> list[int]:
-    """Pops queued trials until none is left, completing each at once (a no-op trial)."""
+def pop_all(url: str, study_name: str) -> tuple[list[int], float, float]:
+    """Pops queued trials until none is left, completing each at once (a no-op trial); returns
+    the popped trial numbers and the wall-clock times of the first pop and of the end."""
     from suite.trial_queue import pop_planned, queue_lock
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.load_study(study_name=study_name, storage=connect(url))
-    popped = []
+    popped, first = [], time.time()
     while True:
         with queue_lock(study):
             trial = pop_planned(study)
         if trial is None:
-            return popped
+            return popped, first, time.time()
         study.tell(trial, 0.0)
         popped.append(trial.number)
 
