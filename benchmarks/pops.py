@@ -85,12 +85,11 @@ def grpc_proxy(url: str) -> tuple[subprocess.Popen, str]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     code = (
-        "import optuna, sys; from suite.study import open_storage; optuna.logging.set_verbosity(40); "
-        "optuna.storages.run_grpc_proxy_server("
-        "open_storage(sys.argv[1]), host='127.0.0.1', port=int(sys.argv[2]))"
+        "import optuna, sys; optuna.logging.set_verbosity(40); optuna.storages.run_grpc_proxy_server("
+        "optuna.storages.get_storage(sys.argv[1]), host='127.0.0.1', port=int(sys.argv[2]))"
     )
     server = subprocess.Popen([sys.executable, "-c", code, url, str(port)])
-    for _ in range(100):
+    for _ in range(600):
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return server, f"grpc://127.0.0.1:{port}"

@@ -146,9 +146,10 @@ def _wait(workers: list[subprocess.Popen], study: Any) -> list[int]:
         return [w.wait() for w in workers]
     from tqdm.auto import tqdm
 
-    from suite.study import finished_records
+    from suite.study import finished_records, planned_keys
 
-    with tqdm(desc=f"trials ({len(workers)} workers)", unit="trial") as bar:
+    total = len(planned_keys(study)) or None
+    with tqdm(desc=f"trials ({len(workers)} workers)", total=total, unit="trial") as bar:
         while any(w.poll() is None for w in workers):
             bar.update(len(finished_records(study)) - bar.n)
             time.sleep(2)
