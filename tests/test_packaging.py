@@ -84,3 +84,11 @@ def test_the_wheel_runs_list_and_validate_from_an_empty_directory(tmp_path: Path
         text=True,
     )
     assert template.stdout.startswith("True ") and str(installed) in template.stdout, template.stderr
+    # The whole flow from the wheel: plan and a (shrunk) smoke study of the shipped task.
+    data = ["--data-dir", os.environ.get("SUITE_DATA_DIR", str(REPO.parent / "shared" / "data"))]
+    small = ["--set", "sizes=[16]", "--seeds", "1", *data]
+    planned = suite("plan", "ner", "--profile", "smoke", *small)
+    assert planned.returncode == 0 and "estimate" in planned.stdout, planned.stdout + planned.stderr
+    ran = suite("run", "ner", "--profile", "smoke", "--quiet", *small)
+    assert ran.returncode == 0, ran.stderr  # every planned trial ended as a run
+    assert (empty / "runs" / "ner" / "minilm-l6" / "leaderboard.json").is_file(), ran.stdout + ran.stderr
