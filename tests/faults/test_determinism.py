@@ -31,7 +31,7 @@ from suite.trial import Seeds, TrialPlan, run_trial
 REPO = Path(__file__).resolve().parents[2]
 HP = HParams(lr=1e-3, batch_size=8, epochs=2)
 # Fields of a trial record that legitimately differ between two runs of one study.
-VOLATILE = ("time", "date", "worker", "host", "pid")
+VOLATILE = ("time", "date", "worker", "host", "pid", "overhead", "rss")  # rss, overhead: measured
 
 
 def _volatile(key: str) -> bool:
