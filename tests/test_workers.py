@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -36,6 +37,18 @@ def _finished_keys(storage: str) -> tuple[list[str], int]:
             if "record" in t.user_attrs:
                 keys.append(t.user_attrs["key"])
     return keys, len(planned)
+
+
+def _trial_states(db: Path) -> Counter:
+    """Trial states read without writing: opening an Optuna storage on a database that the run is
+    still creating races it on the schema tables (UNIQUE constraint on alembic_version)."""
+    if not db.exists():
+        return Counter()
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as connection:
+            return Counter(state for (state,) in connection.execute("SELECT state FROM trials"))
+    except sqlite3.OperationalError:  # tables not created yet, or locked for a moment
+        return Counter()
 
 
 def _two_workers(tiny_task: Path, tiny_models, storage: list[str]) -> Path:  # noqa: ANN001
@@ -92,12 +105,8 @@ def test_sigkill_mid_trial_then_rerun_runs_every_planned_trial_once(
     deadline = time.time() + 300
     while time.time() < deadline:  # wait until one trial finished and the next is running
         time.sleep(0.3)
-        if not db.exists() or not optuna.get_all_study_summaries(storage):
-            continue
-        (summary,) = optuna.get_all_study_summaries(storage)
-        trials = optuna.load_study(study_name=summary.study_name, storage=storage).get_trials()
-        states = Counter(t.state for t in trials)
-        if states[optuna.trial.TrialState.COMPLETE] >= 1 and states[optuna.trial.TrialState.RUNNING] == 1:
+        states = _trial_states(db)
+        if states["COMPLETE"] >= 1 and states["RUNNING"] == 1:
             break
     first.send_signal(signal.SIGKILL)
     first.wait()
