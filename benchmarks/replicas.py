@@ -7,6 +7,13 @@ forward+backward passes, on the bundled encoder.
 Prints, for R = 1, 2, 4, 8, the seconds per replicate-step both ways and the throughput ratio.
 Every replicate sees its own batch of the same shape (with whole-set length buckets, replicates
 with different order seeds would first have to be padded to a common length per step).
+
+    SUITE_DATA_DIR=../shared/data python -m benchmarks.replicas --train [--size 64] [--dev 64]
+
+Real training instead: R seed replicates of one RTE setting (minilm-l6) as R sequential
+`run_trial`s and as one `suite.replicas.run_replicates` group (its padding to a common length, its
+dev evaluations and optimizer steps included); prints seconds per replicate both ways, whole
+trials and the training loops alone, and the ratio.
 """
 
 from __future__ import annotations
@@ -58,6 +65,61 @@ def measure(pretrained: torch.nn.Module, replicas: int, args: argparse.Namespace
     )
 
 
+def train_seconds(record: dict) -> float:
+    """A record's training loop with its dev evaluations: its wall time less its overhead."""
+    overhead = record.get("overhead_s", {})
+    wall = record.get("group_wall_time_s", record["wall_time_s"])
+    return wall - overhead.get("to_first_step", 0.0) - overhead.get("after_training", 0.0)
+
+
+def train_mode(args: argparse.Namespace) -> None:
+    from suite.data.paths import data_dir
+    from suite.heads.registry import prepare_task
+    from suite.models import load_tokenizer
+    from suite.replicas import run_replicates
+    from suite.spec import load_task
+    from suite.sweep import HParams
+    from suite.trial import Seeds, TrialPlan, run_trial
+
+    spec = load_task(args.task).model_copy(update={"eval_limit": args.dev, "max_length": args.max_length})
+    task = prepare_task(spec, data_dir(), load_tokenizer(args.model))
+    hparams = HParams(lr=2e-5, batch_size=args.batch, epochs=args.epochs)
+    trainer = {"accelerator": "gpu" if args.device == "cuda" else "cpu"}
+
+    def plans(replicas: int) -> list[TrialPlan]:
+        return [
+            TrialPlan(args.size, hparams, Seeds(init=r, order=100 + r, subsample=0)) for r in range(replicas)
+        ]
+
+    run_trial(task, args.model, plans(1)[0], trainer=trainer)  # warm-up: weights, features, kernels
+    run_replicates(task, args.model, plans(1), trainer=trainer)
+    print(
+        f"{args.model} on {args.device}, {torch.get_num_threads()} thread(s): {spec.name} size {args.size}, "
+        f"max_length {args.max_length}, batch {args.batch}, {args.epochs} epoch(s), dev {args.dev}; "
+        "seconds per replicate"
+    )
+    print(
+        f"{'R':>3s} {'sequential':>11s} {'parallel':>9s} {'ratio':>6s} "
+        f"{'seq loop':>9s} {'par loop':>9s} {'ratio':>6s}"
+    )
+    for replicas in args.replicas:
+        start = time.perf_counter()
+        sequential = [run_trial(task, args.model, plan, trainer=trainer) for plan in plans(replicas)]
+        one = (time.perf_counter() - start) / replicas
+        start = time.perf_counter()
+        group = run_replicates(task, args.model, plans(replicas), trainer=trainer)
+        many = (time.perf_counter() - start) / replicas
+        bad = [r["reason"] for r in sequential + group if r["outcome"] == "errored"]
+        if bad:
+            raise SystemExit(f"errored: {bad[0]}")
+        loop_one = sum(train_seconds(r) for r in sequential) / replicas
+        loop_many = train_seconds(group[0]) / replicas
+        print(
+            f"{replicas:3d} {one:11.2f} {many:9.2f} {one / many:5.2f}x "
+            f"{loop_one:9.2f} {loop_many:9.2f} {loop_one / loop_many:5.2f}x"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="minilm-l6")
@@ -65,11 +127,23 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--train", action="store_true", help="real training: run_trial vs run_replicates")
+    parser.add_argument("--task", default="tasks/rte.yaml")
+    parser.add_argument("--size", type=int, default=64, help="--train: training examples per replicate")
+    parser.add_argument("--dev", type=int, default=64, help="--train: dev examples evaluated per epoch")
+    parser.add_argument("--max-length", type=int, default=128, help="--train: tokens per example at most")
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--threads", type=int, help="torch threads (--train: 1 unless given)")
+    parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4, 8])
     args = parser.parse_args()
+    if args.threads or args.train:
+        torch.set_num_threads(args.threads or 1)
+    if args.train:
+        return train_mode(args)
     pretrained = load_encoder(args.model).to(args.device)
     print(f"{args.model} on {args.device}, batch {args.batch} x {args.length} tokens per replicate")
     print(f"{'R':>3s} {'sequential s/step':>18s} {'vmap s/step':>12s} {'throughput ratio':>17s}")
-    for replicas in (1, 2, 4, 8):
+    for replicas in args.replicas:
         one, many = measure(pretrained, replicas, args)
         print(f"{replicas:3d} {one:18.3f} {many:12.3f} {one / many:16.2f}x")
 

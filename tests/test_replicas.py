@@ -160,3 +160,26 @@ def test_a_group_that_is_not_seed_replicates_is_refused(ragged_task, no_dropout_
         run_replicates(tagging, model, [base])
     with pytest.raises(SuiteError, match="no plans"):
         run_replicates(prepared, model, [])
+
+
+def test_a_diverged_replicate_stops_alone(ragged_task, no_dropout_bert, monkeypatch) -> None:
+    prepared = _prepared(ragged_task, no_dropout_bert)
+    plans = _plans(SETTINGS["adamw"], replicas=2)
+    clean = run_replicates(prepared, str(no_dropout_bert), plans)
+    record_step = _Group._record_step
+
+    def nan_at_step_5(self, step, losses, batches):  # noqa: ANN001, ANN202
+        return record_step(
+            self, step, [float("nan") if step == 5 and r == 1 else v for r, v in enumerate(losses)], batches
+        )
+
+    monkeypatch.setattr(_Group, "_record_step", nan_at_step_5)
+    kept, diverged = run_replicates(prepared, str(no_dropout_bert), plans)
+    assert diverged["outcome"] == "failed" and diverged["failure"] == "diverged"
+    assert diverged["reason"] == "diverged: non-finite training loss (nan) at step 5"
+    assert (
+        diverged["loss_curve"] == clean[1]["loss_curve"][:5] and diverged["epochs"] == clean[1]["epochs"][:1]
+    )
+    assert diverged["score"] is None and diverged["last_score"] == clean[1]["epochs"][0]["accuracy"]
+    for field in ("loss_curve", "epochs", "outcome", "score"):
+        assert kept[field] == clean[0][field], field
