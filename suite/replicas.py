@@ -7,9 +7,7 @@ What keeps a replicate equal to its sequential `run_trial` (tests/test_replicas.
 - init: each module is built as `run_trial` builds it (init seed, then `build_module`);
 - data: each replicate iterates its own `FeatureDataModule` train loader, so its batches and
   their order are those Lightning would draw. A step's R batches are padded to a common length
-  (and batch size): extra positions are excluded by a prepared 4D attention mask, which
-  transformers passes through as-is (its 2D->4D mask creation branches on values, which vmap
-  cannot trace); extra rows carry loss weight 0;
+  (and batch size): extra positions are masked out (`MASK_KIND`), extra rows weigh 0 in the loss;
 - optimizer: AdamW and BertAdam are elementwise, so one optimizer over the stacked tensors, with
   the first module's own parameter groups (weight decay, lr multipliers), is R optimizers; the
   same linear warmup schedule; the gradient norm is clipped per replicate as Lightning's
@@ -53,9 +51,19 @@ from suite.trial import TrialPlan, _finish
 warnings.filterwarnings("ignore", message=".*not yet implemented the batching rule.*")
 
 TRAINING_CODE = "replicate-parallel/1"  # dropout drawn per group: not comparable draw-for-draw
-# Families whose encoder builds its mask with transformers' `create_bidirectional_mask`, which
-# returns a prepared 4D mask unchanged (DeBERTa-v2 and ModernBERT build their own: refused).
-MASKED_FAMILIES = ("bert", "roberta", "electra", "distilbert", "albert")
+# How each supported family takes the padding mask under vmap. transformers'
+# `create_bidirectional_mask` turns a 2D mask into 4D by branching on its values (vmap cannot
+# trace that) but returns a prepared 4D mask as-is; DeBERTa-v2 expands its 2D mask by arithmetic.
+# ModernBERT is refused: its sliding-window mask is built from the same argument, a 4D one
+# would replace both. (Each family checked equal to sequential training: tests/test_replicas.py.)
+MASK_KIND = {
+    "bert": "4d",
+    "roberta": "4d",
+    "electra": "4d",
+    "distilbert": "4d",
+    "albert": "4d",
+    "deberta-v2": "2d",
+}
 
 
 def check_group(task: PreparedTask, plans: Sequence[TrialPlan]) -> None:
@@ -168,10 +176,10 @@ class _Group:
                 record["eval_set"] = task.eval_note()
             torch.manual_seed(plan.seeds.init)  # the head's initial weights, as run_trial draws them
             encoder = load_encoder(model)
-            if encoder.config.model_type not in MASKED_FAMILIES:
+            if encoder.config.model_type not in MASK_KIND:
                 raise SuiteError(
                     f"replicate group: {encoder.config.model_type} encoders are not "
-                    f"supported (only {', '.join(MASKED_FAMILIES)})"
+                    f"supported (only {', '.join(MASK_KIND)})"
                 )
             module = task.build_module(encoder, h)
             if not isinstance(module, ClassificationModule):
@@ -213,8 +221,10 @@ class _Group:
         return contextlib.nullcontext()
 
     def _mask(self, attention: torch.Tensor) -> torch.Tensor:
-        """[.., batch, length] 0/1 -> the 4D mask transformers itself would build: boolean for
-        SDPA, additive float for eager attention."""
+        """[.., batch, length] 0/1 -> what the encoder takes (`MASK_KIND`): the 4D mask transformers
+        itself would build, boolean for SDPA, additive float for eager attention."""
+        if MASK_KIND[self.skeleton.encoder.config.model_type] == "2d":
+            return attention
         keep = attention.bool()[..., None, None, :]
         if self.skeleton.encoder.config._attn_implementation == "sdpa":
             return keep
@@ -239,6 +249,7 @@ class _Group:
         rows weighted 0 (a row keeps one unmasked token: an all-masked row would give NaN)."""
         rows = max(b["input_ids"].shape[0] for b in batches)
         length = max(b["input_ids"].shape[1] for b in batches)
+        # The collator's pad id: RoBERTa numbers positions by counting non-pad ids.
         pad_id = getattr(self.task.tokenizer, "pad_token_id", None) or 0
         out: dict[str, list[torch.Tensor]] = {}
         for b in batches:

