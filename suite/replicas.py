@@ -47,7 +47,7 @@ from suite.models import load_encoder
 from suite.trial import TrialPlan, _finish
 
 # SDPA's CPU kernel has no vmap batching rule: torch loops over the replicates for that one op
-# (measured: no slower than eager attention's batched matmuls at R=4), and warns every step.
+# (measured about as fast as eager attention's batched matmuls at R=4), and warns every step.
 warnings.filterwarnings("ignore", message=".*not yet implemented the batching rule.*")
 
 TRAINING_CODE = "replicate-parallel/1"  # dropout drawn per group: not comparable draw-for-draw
@@ -56,14 +56,7 @@ TRAINING_CODE = "replicate-parallel/1"  # dropout drawn per group: not comparabl
 # trace that) but returns a prepared 4D mask as-is; DeBERTa-v2 expands its 2D mask by arithmetic.
 # ModernBERT is refused: its sliding-window mask is built from the same argument, a 4D one
 # would replace both. (Each family checked equal to sequential training: tests/test_replicas.py.)
-MASK_KIND = {
-    "bert": "4d",
-    "roberta": "4d",
-    "electra": "4d",
-    "distilbert": "4d",
-    "albert": "4d",
-    "deberta-v2": "2d",
-}
+MASK_KIND = dict.fromkeys(("bert", "roberta", "electra", "distilbert", "albert"), "4d") | {"deberta-v2": "2d"}
 
 
 def check_group(task: PreparedTask, plans: Sequence[TrialPlan]) -> None:
