@@ -73,7 +73,7 @@ def main() -> None:
     print(f"{args.task}, {args.size} examples, {args.epochs} epoch(s), {args.trials} trials per way")
     for way, trials in results.items():
         times = " ".join(f"{t['s']:.1f}" for t in trials)
-        scores = " ".join(f"{100 * t['score']:.1f}" if t["score"] is not None else t["outcome"] for t in trials)
+        scores = " ".join(t["outcome"] if t["score"] is None else f"{100 * t['score']:.1f}" for t in trials)
         print(f"  {way:9s} total {sum(t['s'] for t in trials):7.1f} s  per trial [{times}]  dev [{scores}]")
     total = {way: sum(t["s"] for t in trials) for way, trials in results.items()}
     print(f"eager / compiled over the sweep: {total['eager'] / total['compiled']:.2f}x")

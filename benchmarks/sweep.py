@@ -3,7 +3,8 @@ robustness study costs:
 
     SUITE_DATA_DIR=../shared/data python benchmarks/sweep.py [--quick] [--workers-check]
 
-(a) the suite as a user runs it (`suite run TASK --sweep ...`), (b) Hugging Face
+(a) the suite as a user runs it (`suite run TASK --sweep ...`; random batches as the presets, or
+`--suite-batches buckets`), (b) Hugging Face
 `Trainer.hyperparameter_search` padding to 128 as run_glue does, (c) the same with dynamic
 padding and length grouping, (d) a lean hand-written loop (benchmarks/baselines.py). Default
 trial set: RTE, a seeded 500-example subsample, 2 epochs, dev evaluated after each epoch,
@@ -77,7 +78,7 @@ def suite_way(args: argparse.Namespace, folder: Path, workers: int) -> dict[str,
     sweep.write_text(
         "name: bench\n"
         f"hparams: {{epochs: {args.epochs}, warmup_ratio: 0.1, weight_decay: 0.01, bias_correction: true,"
-        " group_by_length: true}\n"
+        f" group_by_length: {str(args.suite_batches == 'buckets').lower()}}}\n"
         "space:\n"
         f"  lr: {{type: categorical, choices: [{', '.join(f'{lr:.6e}' for lr in args.lr)}]}}\n"
         f"  batch_size: {{type: categorical, choices: {args.batch_size}}}\n"
@@ -203,6 +204,12 @@ def main() -> None:
         "--quick", action="store_true", help="128 examples, 1 epoch, lr 5e-5 x batch {16, 32}"
     )
     parser.add_argument("--ways", nargs="+", default=["suite", *WAYS], choices=["suite", *WAYS])
+    parser.add_argument(
+        "--suite-batches",
+        choices=["random", "buckets"],
+        default="random",
+        help="the suite's batches: random (the presets' default) or whole-set length buckets",
+    )
     parser.add_argument("--workers-check", action="store_true", help="also the suite as 2 workers x 1 thread")
     parser.add_argument("--replicas", action="store_true", help="also benchmarks/replicas.py")
     parser.add_argument(
@@ -213,7 +220,8 @@ def main() -> None:
         args.size, args.epochs, args.lr = 128, 1, [5e-5]
     print(
         f"{' '.join(sys.argv)}\n{args.task}, {args.size} examples, {args.epochs} epochs, "
-        f"grid {list(product(args.lr, args.batch_size))}, {args.threads} threads"
+        f"grid {list(product(args.lr, args.batch_size))}, {args.threads} threads, "
+        f"suite batches: {args.suite_batches}"
     )
     peak = matmul_peak(args.threads)
     results: dict[str, dict[str, Any]] = {}
