@@ -3,8 +3,8 @@ robustness study costs:
 
     SUITE_DATA_DIR=../shared/data python benchmarks/sweep.py [--quick] [--workers-check]
 
-(a) the suite as a user runs it (`suite run TASK --sweep ...`; random batches as the presets, or
-`--suite-batches buckets`), (b) Hugging Face
+(a) the suite as a user runs it (`suite run TASK --sweep ...`; random batches computed as
+length-sorted pieces as the presets do, or `--suite-batches random|buckets`), (b) Hugging Face
 `Trainer.hyperparameter_search` padding to 128 as run_glue does, (c) the same with dynamic
 padding and length grouping, (d) a lean hand-written loop (benchmarks/baselines.py). Default
 trial set: RTE, a seeded 500-example subsample, 2 epochs, dev evaluated after each epoch,
@@ -78,7 +78,8 @@ def suite_way(args: argparse.Namespace, folder: Path, workers: int) -> dict[str,
     sweep.write_text(
         "name: bench\n"
         f"hparams: {{epochs: {args.epochs}, warmup_ratio: 0.1, weight_decay: 0.01, bias_correction: true,"
-        f" group_by_length: {str(args.suite_batches == 'buckets').lower()}}}\n"
+        f" group_by_length: {str(args.suite_batches == 'buckets').lower()},"
+        f" split_batches: {str(args.suite_batches == 'split').lower()}}}\n"
         "space:\n"
         f"  lr: {{type: categorical, choices: [{', '.join(f'{lr:.6e}' for lr in args.lr)}]}}\n"
         f"  batch_size: {{type: categorical, choices: {args.batch_size}}}\n"
@@ -206,9 +207,10 @@ def main() -> None:
     parser.add_argument("--ways", nargs="+", default=["suite", *WAYS], choices=["suite", *WAYS])
     parser.add_argument(
         "--suite-batches",
-        choices=["random", "buckets"],
-        default="random",
-        help="the suite's batches: random (the presets' default) or whole-set length buckets",
+        choices=["split", "random", "buckets"],
+        default="split",
+        help="the suite's batches: random, computed as length-sorted pieces (split, as the presets),"
+        " random as they are, or whole-set length buckets",
     )
     parser.add_argument("--workers-check", action="store_true", help="also the suite as 2 workers x 1 thread")
     parser.add_argument("--replicas", action="store_true", help="also benchmarks/replicas.py")

@@ -129,9 +129,15 @@ def _reported_lines(fig: plt.Figure, ax: plt.Axes, reported: Sequence[dict[str, 
         label = f"{rep['model']}: {rep['value']:.1f} ({rep['statistic']}, k={k})"
         texts.append(
             ax.annotate(
-                label, xy=(1.0, rep["value"]), xycoords=("axes fraction", "data"),
-                xytext=(LABEL_X, rep["value"]), textcoords=("axes fraction", "data"), va="center", fontsize=8,
-                color=colour, annotation_clip=False,
+                label,
+                xy=(1.0, rep["value"]),
+                xycoords=("axes fraction", "data"),
+                xytext=(LABEL_X, rep["value"]),
+                textcoords=("axes fraction", "data"),
+                va="center",
+                fontsize=8,
+                color=colour,
+                annotation_clip=False,
                 arrowprops={"arrowstyle": "-", "color": colour, "lw": 0.8, "relpos": (0, 0.5)},
             )  # fmt: skip
         )

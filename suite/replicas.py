@@ -83,6 +83,8 @@ def check_group(task: PreparedTask, plans: Sequence[TrialPlan]) -> None:
     keys = [p.key for p in plans]
     if len(set(keys)) < len(keys):
         raise SuiteError("replicate group: a plan is listed twice")
+    if first.hparams.split_batches:  # replicates share padded steps; pieces would differ per replicate
+        raise SuiteError("replicate group: split_batches is not supported (set it to false)")
 
 
 def run_replicates(

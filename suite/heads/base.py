@@ -10,6 +10,7 @@ import lightning as L
 import torch
 from transformers import PreTrainedModel, get_linear_schedule_with_warmup
 
+from suite.data.pieces import split_batch
 from suite.errors import TrialDiverged
 from suite.faults import reach
 from suite.models import encoder_inputs
@@ -55,15 +56,37 @@ class EncoderModule(L.LightningModule):
     def epoch_metrics(self) -> dict[str, float]:
         raise NotImplementedError
 
+    def loss_weight(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """What `loss` averages over (here: examples), so pieces of a batch recombine exactly."""
+        return torch.tensor(float(batch["input_ids"].shape[0]))
+
+    def batch_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The batch's loss; with `split_batches`, the sum of its length-sorted pieces' losses,
+        each weighted by its share of the batch's denominator (`loss_weight`): the same loss and
+        gradient as the whole padded batch, up to float rounding and the dropout draws."""
+        if not self.train_hparams.split_batches:
+            self._count_tokens(batch)
+            return self.loss(batch)
+        total = self.loss_weight(batch)
+        loss = 0.0
+        for piece in split_batch(batch):
+            weight = self.loss_weight(piece)
+            if weight > 0:  # a piece with nothing to score (every label ignored) adds nothing
+                self._count_tokens(piece)
+                loss = loss + self.loss(piece) * (weight / total)
+        return loss
+
+    def _count_tokens(self, batch: dict[str, torch.Tensor]) -> None:
+        self.tokens["real"] += int(batch["attention_mask"].sum())
+        self.tokens["padded"] += batch["attention_mask"].numel()
+
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         reach("train_step")
-        loss = self.loss(batch)
+        loss = self.batch_loss(batch)
         value = loss.item()
         if not math.isfinite(value):
             raise TrialDiverged(f"non-finite training loss ({value}) at step {self.global_step}")
         self.loss_curve.append(round(value, 5))
-        self.tokens["real"] += int(batch["attention_mask"].sum())
-        self.tokens["padded"] += batch["attention_mask"].numel()
         return loss
 
     def on_validation_epoch_end(self) -> None:

@@ -99,6 +99,12 @@ class TaggingModule(EncoderModule):
         index = starts.clamp(min=0).unsqueeze(-1).expand(-1, -1, emissions.shape[-1])
         return emissions.gather(1, index), mask
 
+    def loss_weight(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Scored positions: labelled sub-tokens (linear head) or words (CRF, `token_mean`)."""
+        if self.crf is None:
+            return (batch["labels"] != IGNORE).sum().float()
+        return (batch["word_starts"] >= -1).sum().float()
+
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         emissions = self(batch)
         if self.crf is None:
