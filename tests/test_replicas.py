@@ -177,6 +177,9 @@ def test_a_group_that_is_not_seed_replicates_is_refused(ragged_task, no_dropout_
         run_replicates(tagging, model, [base])
     with pytest.raises(SuiteError, match="no plans"):
         run_replicates(prepared, model, [])
+    split = TrialPlan(28, HParams(lr=1e-3, batch_size=8, epochs=1, split_batches=True), Seeds(1, 2, 3))
+    with pytest.raises(SuiteError, match="split_batches"):
+        run_replicates(prepared, model, [split])
     # ModernBERT builds a sliding-window mask from the same argument: refused, not trained wrong.
     modernbert = _prepared(ragged_task, tiny_models["modernbert"])
     with pytest.raises(SuiteError, match="modernbert encoders are not supported"):
