@@ -189,7 +189,7 @@ def calibrate(s: StudySetup, trial: TrialPlan) -> tuple[float, float]:
     times = []
     for batch in batches:
         start = time.perf_counter()
-        loss = module.loss(batch)
+        loss = module.batch_loss(batch)  # as training computes it (split into pieces or not)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(module.parameters(), h.max_grad_norm)
         optimizer.step()

@@ -84,10 +84,21 @@ def test_classification_pieces_match_the_whole_batch(shared_data: Path, tiny_mod
     _check_same_loss_and_gradient(task, str(tiny_models["bert"]))
 
 
-@pytest.mark.parametrize("crf", [False, True], ids=["linear", "crf"])
-def test_tagging_pieces_match_the_whole_batch(crf: bool, tiny_ner: Path, tiny_models) -> None:  # noqa: ANN001
-    if crf:  # the CRF averages over words, the linear head over labelled sub-tokens
-        tiny_ner.write_text(tiny_ner.read_text().replace("crf: false", "crf: true"))
+@pytest.mark.parametrize(
+    "tagging",
+    [
+        "{crf: false, label_all_subtokens: false}",
+        "{crf: false, label_all_subtokens: true}",
+        "{crf: true, label_all_subtokens: false}",
+    ],
+    ids=["linear", "all-subtokens", "crf"],
+)
+def test_tagging_pieces_match_the_whole_batch(tagging: str, tiny_ner: Path, tiny_models) -> None:  # noqa: ANN001
+    # The CRF averages over words, the linear head over labelled sub-tokens (all of a word's
+    # with label_all_subtokens): a wrong denominator shows in one of the three.
+    text = tiny_ner.read_text().replace("{crf: false, label_all_subtokens: false}", tagging)
+    assert tagging in text
+    tiny_ner.write_text(text)
     task = _prepared(tiny_ner, tiny_ner.parent / "data", str(tiny_models["roberta"]))
     _check_same_loss_and_gradient(task, str(tiny_models["roberta"]))
 
@@ -105,4 +116,14 @@ def test_pieces_keep_every_row_and_every_real_token(tiny_ner: Path, tiny_models)
     assert sum(int(p["attention_mask"].sum()) for p in pieces) == int(batch["attention_mask"].sum())
     for p in pieces:  # each piece as wide as its longest row, labels still aligned with tokens
         assert p["attention_mask"][:, -1].any() and p["labels"].shape == p["input_ids"].shape
-        assert p["word_starts"].max() < p["input_ids"].shape[1]
+        assert p["word_starts"].max() < p["input_ids"].shape[1] and (p["word_starts"][:, -1] >= -1).any()
+    words = sum(int((p["word_starts"] >= -1).sum()) for p in pieces)
+    assert words == int((batch["word_starts"] >= -1).sum())
+
+
+def test_a_left_padded_batch_is_left_whole() -> None:
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    batch = {"input_ids": torch.ones(2, 4, dtype=torch.long), "attention_mask": mask}
+    assert split_batch(batch, piece_cost=0) == [batch]
+    right = {"input_ids": batch["input_ids"], "attention_mask": mask.flip(-1)}
+    assert [p["input_ids"].shape[1] for p in split_batch(right, piece_cost=0)] == [2, 4]

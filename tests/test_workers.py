@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from contextlib import closing
 from pathlib import Path
 
 import optuna
@@ -45,9 +46,9 @@ def _trial_states(db: Path) -> Counter:
     if not db.exists():
         return Counter()
     try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as connection:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as connection:
             return Counter(state for (state,) in connection.execute("SELECT state FROM trials"))
-    except sqlite3.OperationalError:  # tables not created yet, or locked for a moment
+    except sqlite3.DatabaseError:  # tables not created yet, or locked for a moment
         return Counter()
 
 

@@ -41,8 +41,12 @@ def split_batch(
     batch: dict[str, torch.Tensor], piece_cost: int = PIECE_COST_TOKENS
 ) -> list[dict[str, torch.Tensor]]:
     """The batch's rows sorted by real length and cut into pieces (`cut_points`), each piece's
-    token-aligned tensors trimmed to its own longest row. Padding is on the right."""
-    lengths = batch["attention_mask"].sum(-1)
+    token-aligned tensors trimmed to its own longest row (and a tagging batch's word starts to
+    its most words). A batch that is not right-padded is left whole: trimming would cut tokens."""
+    mask = batch["attention_mask"]
+    lengths = mask.sum(-1)
+    if not torch.equal(mask.bool(), torch.arange(mask.shape[1], device=mask.device) < lengths.unsqueeze(-1)):
+        return [batch]
     order = torch.argsort(lengths, stable=True)
     sorted_lengths = lengths[order].tolist()
     width = batch["input_ids"].shape[1]
@@ -54,6 +58,8 @@ def split_batch(
             value = value[rows]
             if key in TOKEN_ALIGNED and value.dim() == 2 and value.shape[1] == width:
                 value = value[:, :longest]
+            elif key == "word_starts":  # real starts (>= -1) come first, -2 pads: the CRF loops over words
+                value = value[:, : int((value >= -1).sum(-1).max())]
             piece[key] = value
         pieces.append(piece)
         start = end

@@ -68,6 +68,9 @@ class EncoderModule(L.LightningModule):
             self._count_tokens(batch)
             return self.loss(batch)
         total = self.loss_weight(batch)
+        if total == 0:  # nothing to score: the whole batch's own (non-finite) loss says so
+            self._count_tokens(batch)
+            return self.loss(batch)
         loss = 0.0
         for piece in split_batch(batch):
             weight = self.loss_weight(piece)
