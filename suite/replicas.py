@@ -25,12 +25,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-import resource
 import time
-import traceback
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -44,7 +41,7 @@ from suite.errors import SuiteError
 from suite.heads.classification import ClassificationModule
 from suite.heads.registry import PreparedTask
 from suite.models import load_encoder
-from suite.trial import TrialPlan, _finish
+from suite.trial import TrialPlan, _finish, crash_reason, new_record, record_costs
 
 # SDPA's CPU kernel has no vmap batching rule: torch loops over the replicates for that one op
 # (measured about as fast as eager attention's batched matmuls at R=4), and warns every step.
@@ -95,20 +92,7 @@ def run_replicates(
     check_group(task, plans)
     keys = [p.key for p in plans]
     records = [
-        {
-            "key": p.key,
-            "task": task.spec.name,
-            "model": model,
-            "size": p.size,
-            "hparams": p.hparams.as_record(),
-            "seeds": asdict(p.seeds),
-            "threads": torch.get_num_threads(),
-            "metric": task.spec.metric.main,
-            "baseline": task.baseline[task.spec.metric.main],
-            "training_code": TRAINING_CODE,
-            "replicate_group": keys,
-        }
-        for p in plans
+        {**new_record(task, model, p), "training_code": TRAINING_CODE, "replicate_group": keys} for p in plans
     ]
     start = time.perf_counter()
     try:
@@ -116,26 +100,16 @@ def run_replicates(
     except SuiteError:
         raise
     except Exception as err:  # a crash errors every replicate of the group (as run_trial: not a run)
-        frame = traceback.extract_tb(err.__traceback__)[-1]
-        where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
         for record in records:
             record.setdefault("outcome", "errored")
-            record.setdefault("reason", f"error: {type(err).__name__}: {err} ({where})")
+            record.setdefault("reason", crash_reason(err))
     end = time.perf_counter()
-    rss = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     for record in records:
         _finish(task, record, None)
         record.update(
-            wall_time_s=round((end - start) / len(plans), 3),
-            group_wall_time_s=round(end - start, 3),
-            peak_rss_mb=rss,
+            wall_time_s=round((end - start) / len(plans), 3), group_wall_time_s=round(end - start, 3)
         )
-        if "train_end" in record:
-            record["overhead_s"] = {
-                "to_first_step": round(record.pop("first_step") - start, 3),
-                "after_training": round(end - record.pop("train_end"), 3),
-            }
-        record.pop("first_step", None)
+        record_costs(record, start, end)
     return records
 
 
@@ -316,8 +290,7 @@ class _Group:
                 continue
             module = self.modules[r]
             module.loss_curve.append(round(value, 5))
-            module.tokens["real"] += int(batch["attention_mask"].sum())
-            module.tokens["padded"] += batch["attention_mask"].numel()
+            module.count_tokens(batch)
 
     @torch.no_grad()
     def _evaluate(self, epoch: int) -> None:

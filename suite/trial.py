@@ -68,17 +68,7 @@ def run_trial(
     `pruning_trial` (an Optuna trial) is told the dev score after every epoch and may stop
     the run, which is then recorded as pruned, not failed.
     """
-    record: dict[str, Any] = {
-        "key": plan.key,
-        "task": task.spec.name,
-        "model": model,
-        "size": plan.size,
-        "hparams": plan.hparams.as_record(),
-        "seeds": asdict(plan.seeds),
-        "threads": torch.get_num_threads(),
-        "metric": task.spec.metric.main,
-        "baseline": task.baseline[task.spec.metric.main],
-    }
+    record = new_record(task, model, plan)
     start = time.perf_counter()
     module = None
     try:
@@ -90,12 +80,38 @@ def run_trial(
     except SuiteError:
         raise
     except Exception as err:  # a crash (OOM, a bug, a bad kernel) is an errored trial, not a run
-        frame = traceback.extract_tb(err.__traceback__)[-1]
-        where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
-        record.update(outcome="errored", reason=f"error: {type(err).__name__}: {err} ({where})")
+        record.update(outcome="errored", reason=crash_reason(err))
     _finish(task, record, module)
     end = time.perf_counter()
     record["wall_time_s"] = round(end - start, 3)
+    record_costs(record, start, end)
+    return record
+
+
+def new_record(task: PreparedTask, model: str, plan: TrialPlan) -> dict[str, Any]:
+    """What a trial's record says before it trains: the plan, the model, the metric and baseline."""
+    return {
+        "key": plan.key,
+        "task": task.spec.name,
+        "model": model,
+        "size": plan.size,
+        "hparams": plan.hparams.as_record(),
+        "seeds": asdict(plan.seeds),
+        "threads": torch.get_num_threads(),
+        "metric": task.spec.metric.main,
+        "baseline": task.baseline[task.spec.metric.main],
+    }
+
+
+def crash_reason(err: Exception) -> str:
+    """An errored trial's reason: the exception and the file:line it was raised at."""
+    frame = traceback.extract_tb(err.__traceback__)[-1]
+    where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
+    return f"error: {type(err).__name__}: {err} ({where})"
+
+
+def record_costs(record: dict[str, Any], start: float, end: float) -> None:
+    """Peak memory and per-trial overhead (from the `first_step`/`train_end` marks) into the record."""
     # The process's peak resident memory so far (Linux: KiB): a leak shows as growth over trials.
     record["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     if "train_end" in record:  # the overhead of a trial: everything but training and evaluation
@@ -104,7 +120,6 @@ def run_trial(
             "after_training": round(end - record.pop("train_end"), 3),
         }
     record.pop("first_step", None)
-    return record
 
 
 def _fit(

@@ -44,12 +44,11 @@ def split_batch(
     token-aligned tensors trimmed to its own longest row (and a tagging batch's word starts to
     its most words). A batch that is not right-padded is left whole: trimming would cut tokens."""
     mask = batch["attention_mask"]
-    lengths = mask.sum(-1)
-    if not torch.equal(mask.bool(), torch.arange(mask.shape[1], device=mask.device) < lengths.unsqueeze(-1)):
+    lengths, width = mask.sum(-1), mask.shape[1]
+    if not torch.equal(mask.bool(), torch.arange(width, device=mask.device) < lengths.unsqueeze(-1)):
         return [batch]
     order = torch.argsort(lengths, stable=True)
     sorted_lengths = lengths[order].tolist()
-    width = batch["input_ids"].shape[1]
     pieces, start = [], 0
     for end in cut_points(sorted_lengths, piece_cost):
         rows, longest = order[start:end], sorted_lengths[end - 1]

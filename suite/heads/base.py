@@ -64,22 +64,20 @@ class EncoderModule(L.LightningModule):
         """The batch's loss; with `split_batches`, the sum of its length-sorted pieces' losses,
         each weighted by its share of the batch's denominator (`loss_weight`): the same loss and
         gradient as the whole padded batch, up to float rounding and the dropout draws."""
-        if not self.train_hparams.split_batches:
-            self._count_tokens(batch)
-            return self.loss(batch)
-        total = self.loss_weight(batch)
-        if total == 0:  # nothing to score: the whole batch's own (non-finite) loss says so
-            self._count_tokens(batch)
+        # A batch with nothing to score keeps its own (non-finite) loss: that says what happened.
+        if not self.train_hparams.split_batches or (total := self.loss_weight(batch)) == 0:
+            self.count_tokens(batch)
             return self.loss(batch)
         loss = 0.0
         for piece in split_batch(batch):
             weight = self.loss_weight(piece)
             if weight > 0:  # a piece with nothing to score (every label ignored) adds nothing
-                self._count_tokens(piece)
+                self.count_tokens(piece)
                 loss = loss + self.loss(piece) * (weight / total)
         return loss
 
-    def _count_tokens(self, batch: dict[str, torch.Tensor]) -> None:
+    def count_tokens(self, batch: dict[str, torch.Tensor]) -> None:
+        """Real and computed (real + padded) training tokens of what ran forward."""
         self.tokens["real"] += int(batch["attention_mask"].sum())
         self.tokens["padded"] += batch["attention_mask"].numel()
 
