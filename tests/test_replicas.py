@@ -52,25 +52,16 @@ def _rows(n: int, seed: int) -> list[str]:
 
 
 @pytest.fixture
-def ragged_task(tmp_path: Path) -> Path:
-    data = tmp_path / "data" / "ragged"
-    data.mkdir(parents=True)
+def ragged_task(tiny_task: Path) -> Path:
+    """The tiny pair task (tests/conftest.py) with ragged rows instead of its 4-word ones."""
+    data = tiny_task.parent.parent / "data" / "tiny"
     for name, n, seed in (("train.tsv", 40, 1), ("dev.tsv", 20, 2)):
         (data / name).write_text("s1\ts2\tlabel\n" + "\n".join(_rows(n, seed)) + "\n")
-    (tmp_path / "sweep.yaml").write_text("name: s\nhparams: {lr: 1.0e-3, batch_size: 8, epochs: 2}\n")
-    task = tmp_path / "ragged.yaml"
-    task.write_text(
-        "name: ragged\nversion: 1\nhead: classification\n"
-        "data: {local: ragged, format: tsv, train: train.tsv, validation: dev.tsv,"
-        " text: [s1, s2], label: label}\n"
-        "labels: ['no', 'yes']\nmetric: {main: accuracy, extra: [f1]}\nmax_length: 32\n"
-        "sizes: [28]\nsweep: sweep.yaml\n"
-    )
-    return task
+    return tiny_task
 
 
 def _prepared(task: Path, model: Path) -> PreparedTask:
-    return prepare_task(load_task(task), task.parent / "data", load_tokenizer(str(model)))
+    return prepare_task(load_task(task), task.parent.parent / "data", load_tokenizer(str(model)))
 
 
 def _plans(hparams: HParams, replicas: int = 3, size: int = 28) -> list[TrialPlan]:
