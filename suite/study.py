@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.storages import RetryHeartbeatStaleTrialCallback, fail_stale_trials
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from suite.errors import SuiteError
@@ -31,7 +31,7 @@ from suite.records import final_records, outcome
 from suite.spec import TaskSpec
 from suite.sweep import SweepSpec, seed_grid
 from suite.trial import Seeds, TrialPlan, run_trial
-from suite.trial_queue import pop_planned, queue_lock
+from suite.trial_queue import fail_dead_trials, pop_planned, queue_lock
 
 # Heartbeats, stale-trial retry and QMC are marked experimental by Optuna; they are what a
 # shared study needs, so their warnings are silenced here once.
@@ -235,7 +235,7 @@ def work(
     ran = 0
     heartbeat = int(os.environ.get(HEARTBEAT_ENV, "30"))
     while True:
-        fail_stale_trials(study)
+        fail_dead_trials(study)
         with queue_lock(study):
             trial = pop_planned(study)
             trials = study.get_trials(deepcopy=False)

@@ -3,12 +3,15 @@ does not grow with the queue."""
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import random
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import optuna
+from optuna.storages import fail_stale_trials
 
 
 @contextmanager
@@ -71,3 +74,51 @@ def _first_waiting_ids(study: optuna.Study, limit: int = 64) -> list[int] | None
             .all()
         )
     return [row[0] for row in rows]
+
+
+_SILENT_SINCE: dict[int, float] = {}  # trial id -> when this process first saw it running unbeaten
+
+
+def fail_dead_trials(study: optuna.Study) -> None:
+    """Fail and re-queue the trials of workers that died. Optuna's `fail_stale_trials` only
+    looks at trials with a heartbeat: a worker killed after it popped a trial (RUNNING) and
+    before its heartbeat thread's first beat leaves a trial that nothing would ever fail, and
+    every other worker waits for it forever. Such a trial is failed once this process has seen
+    it without a heartbeat for a grace period (timed here: the workers' clocks may differ)."""
+    fail_stale_trials(study)
+    storage = study._storage
+    backend = getattr(storage, "_backend", storage)
+    if not isinstance(backend, optuna.storages.RDBStorage) or backend.heartbeat_interval is None:
+        return
+    grace = backend.grace_period or 2 * backend.heartbeat_interval
+    now = time.monotonic()
+    silent = _running_without_heartbeat(backend, study._study_id)
+    for trial_id in set(_SILENT_SINCE) - silent:
+        del _SILENT_SINCE[trial_id]
+    for trial_id in silent:
+        if now - _SILENT_SINCE.setdefault(trial_id, now) <= grace:
+            continue
+        del _SILENT_SINCE[trial_id]
+        try:
+            if not storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:  # another worker failed it first
+            continue
+        if (retry := backend.get_heartbeat_stale_trial_callback()) is not None:
+            retry(study, copy.deepcopy(storage.get_trial(trial_id)))
+
+
+def _running_without_heartbeat(backend: optuna.storages.RDBStorage, study_id: int) -> set[int]:
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    trials, beats = models.TrialModel, models.TrialHeartbeatModel
+    with _create_scoped_session(backend.scoped_session) as session:
+        rows = (
+            session.query(trials.trial_id)
+            .outerjoin(beats, beats.trial_id == trials.trial_id)
+            .filter(trials.study_id == study_id, trials.state == optuna.trial.TrialState.RUNNING)
+            .filter(beats.trial_heartbeat_id.is_(None))
+            .all()
+        )
+    return {row[0] for row in rows}

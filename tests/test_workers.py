@@ -128,6 +128,35 @@ def test_sigkill_mid_trial_then_rerun_runs_every_planned_trial_once(
     assert len(records) == 8 and len({r["key"] for r in records}) == 8
 
 
+def test_a_trial_killed_before_its_first_heartbeat_is_requeued_after_the_grace_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Optuna's stale check skips RUNNING trials without a heartbeat row: a worker killed between
+    popping a trial and its first beat would leave every other worker waiting forever."""
+    from suite import trial_queue
+    from suite.study import open_storage
+
+    monkeypatch.setenv("SUITE_HEARTBEAT_S", "1")  # grace period 3 s
+    clock = [1000.0]
+    monkeypatch.setattr(trial_queue.time, "monotonic", lambda: clock[0])
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'q.db'}"), study_name="q")
+    study.enqueue_trial({}, user_attrs={"key": "a"})
+    study.enqueue_trial({}, user_attrs={"key": "b"})
+    dead, alive = trial_queue.pop_planned(study), trial_queue.pop_planned(study)
+    study._storage.record_heartbeat(alive._trial_id)  # a live worker beating now
+    states = lambda: [t.state.name for t in study.get_trials()]  # noqa: E731
+
+    trial_queue.fail_dead_trials(study)
+    clock[0] += 2.9
+    trial_queue.fail_dead_trials(study)
+    assert states() == ["RUNNING", "RUNNING"]  # within the grace period
+    clock[0] += 0.2
+    trial_queue.fail_dead_trials(study)
+    assert states() == ["FAIL", "RUNNING", "WAITING"]
+    retry = study.get_trials()[2]
+    assert retry.user_attrs["key"] == "a" and retry.system_attrs["failed_trial"] == dead.number
+
+
 POPPER = """
 import sys, optuna
 from suite.study import open_storage
