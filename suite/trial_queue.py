@@ -76,7 +76,8 @@ def _first_waiting_ids(study: optuna.Study, limit: int = 64) -> list[int] | None
     return [row[0] for row in rows]
 
 
-_SILENT_SINCE: dict[int, float] = {}  # trial id -> when this process first saw it running unbeaten
+# (storage URL, trial id) -> when this process first saw that trial running unbeaten
+_SILENT_SINCE: dict[tuple[str, int], float] = {}
 
 
 def fail_dead_trials(study: optuna.Study) -> None:
@@ -92,13 +93,14 @@ def fail_dead_trials(study: optuna.Study) -> None:
         return
     grace = backend.grace_period or 2 * backend.heartbeat_interval
     now = time.monotonic()
-    silent = _running_without_heartbeat(backend, study._study_id)
-    for trial_id in set(_SILENT_SINCE) - silent:
-        del _SILENT_SINCE[trial_id]
-    for trial_id in silent:
-        if now - _SILENT_SINCE.setdefault(trial_id, now) <= grace:
+    silent = {(backend.url, t) for t in _running_without_heartbeat(backend, study._study_id)}
+    for seen in [k for k in _SILENT_SINCE if k[0] == backend.url and k not in silent]:
+        del _SILENT_SINCE[seen]  # it beat or ended; another storage's entries are not this call's
+    for seen in silent:
+        if now - _SILENT_SINCE.setdefault(seen, now) <= grace:
             continue
-        del _SILENT_SINCE[trial_id]
+        del _SILENT_SINCE[seen]
+        trial_id = seen[1]
         try:
             if not storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL):
                 continue
