@@ -16,8 +16,9 @@ import numpy as np
 from scipy import stats
 from scipy.special import gammaln
 
+from suite.components import variance_components
 from suite.records import counts, outcome, runs
-from suite.uncertainty import by_setting, intervals, layout, predictive_draws, variance_components
+from suite.uncertainty import by_setting, intervals, layout, predictive_draws
 
 WITHOUT_REPLACEMENT = "unbiased, without replacement (Tang et al. 2020)"
 WITH_REPLACEMENT = "with replacement (Dodge et al. 2019)"
@@ -118,25 +119,6 @@ def expected_max(
             }
         )
     return out
-
-
-def variance_shares(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any] | None:
-    """Shares of score variance on ONE setting's crossed init x order grid, as the report's bar
-    chart reads them: {"init", "order", "residual" (= interaction+residual), "subsample" (when
-    identifiable), "total_variance"} from the components truncated at 0, plus "components": the
-    full `suite.uncertainty.variance_components` result (raw estimates, intervals, what was
-    truncated). None unless one setting on a complete crossed grid: never pool settings."""
-    if len(by_setting(records)) != 1:
-        return None
-    full = variance_components(records, seed=seed)
-    parts = full["components"]
-    if full["design"] != "crossed" or not parts["init"]["identifiable"]:
-        return None
-    names = {"init": "init", "order": "order", "residual": "interaction+residual", "subsample": "subsample"}
-    trunc = {k: max(parts[v]["estimate"], 0.0) for k, v in names.items() if parts[v]["identifiable"]}
-    total = sum(trunc.values())
-    shares = {k: (v / total if total > 0 else 0.0) for k, v in trunc.items()}
-    return {**shares, "total_variance": total, "components": full}
 
 
 def failure_breakdown(records: Sequence[dict[str, Any]]) -> dict[str, int]:

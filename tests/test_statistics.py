@@ -11,7 +11,6 @@ from suite.statistics import (
     hyperparameter_importance,
     spread,
     summarize,
-    variance_shares,
 )
 
 
@@ -56,48 +55,6 @@ def test_bootstrap_is_seeded() -> None:
     x = np.random.default_rng(2).normal(size=20)
     assert bootstrap_ci(x, seed=5) == bootstrap_ci(x, seed=5)
     assert bootstrap_ci([0.3]) is None
-
-
-def _grid(sd_init: float, sd_order: float, sd_noise: float, n: int = 40, seed: int = 0):  # noqa: ANN202
-    """Scores = init effect + order effect + noise on an n x n crossed grid, and the realised
-    variance of each component (the target the ANOVA should recover)."""
-    rng = np.random.default_rng(seed)
-    a, b = rng.normal(0, sd_init, n), rng.normal(0, sd_order, n)
-    noise = rng.normal(0, sd_noise, (n, n))
-    records = [
-        {"score": a[i] + b[j] + noise[i, j], "seeds": {"init": i, "order": j, "subsample": 0}}
-        for i in range(n)
-        for j in range(n)
-    ]
-    return records, (a.var(ddof=1), b.var(ddof=1), noise.var())
-
-
-def test_variance_shares_recover_known_components() -> None:
-    for sds in ((2.0, 1.0, 1.0), (0.5, 2.0, 0.5), (1.0, 1.0, 3.0)):
-        records, truth = _grid(*sds)
-        shares = variance_shares(records)
-        total = sum(truth)
-        assert shares["init"] == pytest.approx(truth[0] / total, abs=0.03)
-        assert shares["order"] == pytest.approx(truth[1] / total, abs=0.03)
-        assert shares["residual"] == pytest.approx(truth[2] / total, abs=0.03)
-        assert shares["total_variance"] == pytest.approx(total, rel=0.05)
-
-
-def test_variance_shares_need_a_complete_crossed_grid() -> None:
-    records, _ = _grid(1, 1, 1, n=3)
-    assert variance_shares(records[:-1]) is None
-    independent = [{"score": float(i), "seeds": {"init": i, "order": i, "subsample": 0}} for i in range(5)]
-    assert variance_shares(independent) is None
-
-
-def test_variance_shares_keep_the_flat_keys_and_carry_the_components() -> None:
-    records, _ = _grid(1.0, 1.0, 1.0, n=6)
-    shares = variance_shares(records)
-    assert shares["components"]["components"]["init"]["estimate"] == pytest.approx(
-        shares["init"] * shares["total_variance"]
-    )
-    other = [{**r, "hparams": {"lr": 1}} for r in records] + [{**r, "hparams": {"lr": 2}} for r in records]
-    assert variance_shares(other) is None  # never pooled over settings
 
 
 def test_failures_are_counted_and_reported_both_ways() -> None:

@@ -13,44 +13,8 @@ from scipy import stats
 
 from suite.compare import compare, format_comparison
 from suite.statistics import expected_max, gap_to_reported, seeds_needed, summarize
-from suite.uncertainty import (
-    crossed_components,
-    design_bootstrap,
-    independent_components,
-    intervals,
-    layout,
-    resample,
-    variance_components,
-    wilson,
-)
-
-
-def grid_records(y: np.ndarray, nested: bool = False) -> list[dict]:
-    """y[S, I, O] -> runs of one setting on a crossed init x order grid per subsample seed
-    (nested: every subsample seed has its own init and order seeds)."""
-    n_s, n_i, n_o = y.shape
-    return [
-        {
-            "score": float(y[s, i, j]),
-            "outcome": "succeeded",
-            "seeds": {"init": 100 + i + 10 * s * nested, "order": 200 + j + 10 * s * nested, "subsample": s},
-            "hparams": {"lr": 1e-5},
-            "size": 100,
-        }
-        for s in range(n_s)
-        for i in range(n_i)
-        for j in range(n_o)
-    ]
-
-
-def independent_records(y: np.ndarray) -> list[dict]:
-    """y[S, R] -> R independent runs (own init and order seed) under each subsample seed."""
-    return [
-        {"score": float(y[s, r]), "seeds": {"init": r, "order": 50 + r, "subsample": s}, "hparams": {}}
-        for s in range(y.shape[0])
-        for r in range(y.shape[1])
-    ]
-
+from suite.uncertainty import design_bootstrap, intervals, layout, resample, wilson
+from tests.designs import grid_records, independent_records
 
 # --- design detection and the bootstrap's resampling units -------------------------------------
 
@@ -161,77 +125,6 @@ def test_wilson_matches_its_formula_and_covers_like_an_exact_binomial() -> None:
         assert 0.94 <= cover.sum(0).mean() <= 0.965 and cover.sum(0).min() > 0.90
         assert cover_exact.sum(0).min() >= 0.95 - 1e-9  # Clopper-Pearson: never below, wider
         assert (bounds[:, 1] - bounds[:, 0]).mean() < (exact[:, 1] - exact[:, 0]).mean()
-
-
-# --- variance components ---------------------------------------------------------------------------
-
-
-def test_crossed_components_recover_unequal_variances_on_a_non_square_grid() -> None:
-    """6 init x 4 order seeds x 3 subsample seeds; variances init 1.5, order 0.3, subsample 0.8,
-    residual 0.5, averaged over 4000 simulated studies. Each tolerance is under half the bias of
-    a wrong formula: a swapped divisor (init -> 1.0, order -> 0.45), no MS_E subtraction (init
-    1.625, order 0.383), no expected within-share subtraction (subsample 1.146), residual over
-    I*O (0.31)."""
-    rng = np.random.default_rng(0)
-    sims, n_s, n_i, n_o = 4000, 3, 6, 4
-    y = (
-        rng.normal(0, math.sqrt(0.8), (sims, n_s, 1, 1))
-        + rng.normal(0, math.sqrt(1.5), (sims, n_s, n_i, 1))
-        + rng.normal(0, math.sqrt(0.3), (sims, n_s, 1, n_o))
-        + rng.normal(0, math.sqrt(0.5), (sims, n_s, n_i, n_o))
-    )
-    est = crossed_components(y)
-    for name, truth, tol in (
-        ("init", 1.5, 0.06),
-        ("order", 0.3, 0.035),
-        ("subsample", 0.8, 0.12),
-        ("interaction+residual", 0.5, 0.02),
-    ):
-        se = est[name].std() / math.sqrt(sims)
-        assert tol > 4 * se  # the tolerance is many standard errors wide ...
-        assert est[name].mean() == pytest.approx(truth, abs=tol)  # ... and still excludes the wrong formulas
-
-
-def test_independent_components_recover_seed_and_subsample_variances() -> None:
-    rng = np.random.default_rng(1)
-    sims, n_s, runs = 4000, 4, 6
-    y = rng.normal(0, math.sqrt(0.4), (sims, n_s, 1)) + rng.normal(0, math.sqrt(0.7), (sims, n_s, runs))
-    est = independent_components(y)
-    assert est["seed"].mean() == pytest.approx(0.7, abs=0.02)
-    assert est["subsample"].mean() == pytest.approx(0.4, abs=0.05)  # without the 0.7/6 share: 0.517
-
-
-def test_variance_components_of_records_report_what_the_design_identifies() -> None:
-    rng = np.random.default_rng(2)
-    y = rng.normal(0, 1, (2, 6, 4)) + 3 * rng.normal(0, 1, (1, 6, 1))
-    found = variance_components(grid_records(y), resamples=300)
-    raw = crossed_components(y)
-    parts = found["components"]
-    assert found["design"] == "crossed" and found["unit"] == "init x order seeds x subsample seeds"
-    for name in ("init", "order", "interaction+residual", "subsample"):
-        assert parts[name]["identifiable"] and parts[name]["estimate"] == pytest.approx(float(raw[name]))
-        assert parts[name]["truncated_at_0"] == (raw[name] < 0)
-        low, high = parts[name]["ci95"]
-        assert low <= high
-    assert parts["init"]["share"] > 0.5 and found["total"] == pytest.approx(
-        sum(max(float(v), 0) for v in raw.values())
-    )
-    one = variance_components(grid_records(y[:1]), resamples=100)["components"]
-    assert one["subsample"] == {"identifiable": False, "reason": "one subsample seed"}
-    indep = variance_components(independent_records(rng.normal(size=(3, 5))), resamples=100)
-    assert indep["design"] == "independent" and indep["components"]["seed"]["identifiable"]
-    assert (
-        not indep["components"]["init"]["identifiable"] and not indep["components"]["order"]["identifiable"]
-    )
-    holed = grid_records(y)
-    holed[3]["score"] = None
-    assert not variance_components(holed)["components"]["init"]["identifiable"]
-
-
-def test_a_negative_raw_component_is_reported_and_flagged() -> None:
-    y = np.array([[[0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]])  # no init effect, all interaction
-    init = variance_components(grid_records(y), resamples=50)["components"]["init"]
-    assert init["estimate"] < 0 and init["truncated_at_0"] and init["share"] == 0.0
 
 
 # --- same-n comparison with a reported number ----------------------------------------------------
