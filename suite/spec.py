@@ -212,7 +212,9 @@ class Reported(Strict):
     arxiv: str | None = None
     size: Size | None = Field(None, description="training size it applies to (None: the full training set)")
     same_as: list[str] | None = Field(None, description="other names of the same checkpoint")
-    head: Literal["auto", "pooler", "cls", "crf"] = Field("auto", description="the head the paper used")
+    head: Literal["auto", "pooler", "cls", "mean", "crf"] = Field(
+        "auto", description="the head the paper used"
+    )
     note: str | None = None
 
 
@@ -223,8 +225,10 @@ class TaskSpec(Strict):
     data: DataSpec
     labels: list[str] | None = Field(None, min_length=1, description="classes, or entity types for tagging")
     regression: Bool = False
-    classifier: Literal["auto", "pooler", "cls"] = Field(
-        "auto", description="classification head: the family's reference head, pretrained pooler, raw [CLS]"
+    classifier: Literal["auto", "pooler", "cls", "mean"] = Field(
+        "auto",
+        description="classification head: the family's reference head, pretrained pooler, raw [CLS], "
+        "masked mean of the last layer",
     )
     tagging: TaggingSpec = TaggingSpec()
     qa: QASpec | None = None

@@ -88,7 +88,7 @@ def test_classifier_field_reaches_every_trial(tiny_models, tiny_task: Path) -> N
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-@pytest.mark.parametrize("classifier", ["auto", "cls"])
+@pytest.mark.parametrize("classifier", ["auto", "cls", "mean"])
 def test_every_trained_parameter_gets_a_gradient(arch: str, classifier: str, tiny_models) -> None:  # noqa: ANN001
     """Nothing is computed or optimised that the loss does not read: a pretrained pooler the
     head ignores (RoBERTa's and ELECTRA's reference heads, the `cls` head) is dropped."""
@@ -109,3 +109,24 @@ def test_every_trained_parameter_gets_a_gradient(arch: str, classifier: str, tin
     assert idle == []
     uses_pooler = classifier == "auto" and arch in ("bert", "albert")
     assert (getattr(module.encoder, "pooler", None) is not None) == uses_pooler
+
+
+def test_mean_head_pools_only_the_unmasked_states(tiny_models) -> None:  # noqa: ANN001
+    """`classifier: mean` averages the last layer over the attention mask: padding an example
+    changes nothing, and the pooled vector is the plain mean of its real tokens' states."""
+    import torch
+
+    from suite.heads.classification import ClassificationModule, mean_pool
+    from suite.models import load_encoder
+
+    module = ClassificationModule(
+        load_encoder(str(tiny_models["bert"])), HP, 3, ["accuracy"], classifier="mean"
+    )
+    module.eval()
+    padded = {"input_ids": torch.tensor([[5, 6, 7, 0, 0]]), "attention_mask": torch.tensor([[1, 1, 1, 0, 0]])}
+    bare = {"input_ids": torch.tensor([[5, 6, 7]]), "attention_mask": torch.tensor([[1, 1, 1]])}
+    with torch.no_grad():
+        assert torch.allclose(module(padded), module(bare), atol=1e-5)
+        hidden = module.encode(bare)
+        assert torch.allclose(mean_pool(hidden, bare["attention_mask"]), hidden.mean(1))
+    assert module.head_name == "mean" and getattr(module.encoder, "pooler", None) is None

@@ -9,7 +9,10 @@
 - `pooler`: the checkpoint's pretrained pooler (dense + tanh), then dropout + linear, as BERT
   and the variance papers; refused for a checkpoint without a pretrained pooler;
 - `cls`: dropout + linear on the raw last-layer [CLS] state (a different model: kept for
-  comparison).
+  comparison);
+- `mean`: dropout + linear on the mean of the last-layer states over the attention mask: the
+  pooling a sentence-embedding checkpoint (the bundled all-MiniLM-L6-v2) was trained with, whose
+  pooler was never trained.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from suite.metrics import classification_scores
 from suite.models import drop_pooler, encoder_inputs
 from suite.sweep import HParams
 
-Classifier = Literal["auto", "pooler", "cls"]
+Classifier = Literal["auto", "pooler", "cls", "mean"]
 
 
 def reference_model(encoder: PreTrainedModel, num_outputs: int) -> PreTrainedModel:
@@ -41,6 +44,12 @@ def reference_model(encoder: PreTrainedModel, num_outputs: int) -> PreTrainedMod
         drop_pooler(encoder)  # the family's head reads the last hidden states (RoBERTa, ELECTRA)
     setattr(model, model.base_model_prefix, encoder)  # the pretrained encoder (and pooler)
     return model
+
+
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The mean of the states where the mask is 1 (padding never counts)."""
+    weights = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
 
 
 class ClassificationModule(EncoderModule):
@@ -68,7 +77,7 @@ class ClassificationModule(EncoderModule):
                     f"field 'classifier': pooler needs a checkpoint with a pretrained pooler; "
                     f"{type(encoder).__name__} has none (use auto or cls)"
                 )
-            if classifier == "cls":
+            if classifier in ("cls", "mean"):
                 drop_pooler(encoder)
             self.dropout = nn.Dropout(self.head_dropout)
             self.classifier = nn.Linear(self.hidden_size, outputs)
@@ -86,6 +95,8 @@ class ClassificationModule(EncoderModule):
         elif self.classifier_kind == "pooler":
             outputs = self.encoder(**encoder_inputs(self.encoder, batch))
             logits = self.classifier(self.dropout(outputs.pooler_output))
+        elif self.classifier_kind == "mean":
+            logits = self.classifier(self.dropout(mean_pool(self.encode(batch), batch["attention_mask"])))
         else:
             logits = self.classifier(self.dropout(self.encode(batch)[:, 0]))
         return logits.squeeze(-1) if self.regression else logits
