@@ -22,7 +22,7 @@ TRAINING_CODE_VERSION = 3
 # Task fields that do not touch any trial: citations of published numbers and the sweep's path
 # (the sweep's content is fingerprinted itself).
 _TASK_FIELDS_AFTER_TRAINING = ("reported", "sweep")
-_SWEEP_LABELS = ("name", "description")
+_SWEEP_LABELS = ("name", "description", "references")  # labels: they change no trial
 # Sweep fields added after studies were made: left out when empty, so those studies still resume.
 _SWEEP_FIELDS_ADDED = ("recipes",)
 

@@ -198,10 +198,30 @@ class SweepSpec(Strict):
         description="named settings, each overriding `hparams` in several values at once; each is "
         "crossed with the space and run on the same seed grid",
     )
+    references: dict[str, str] = Field(
+        default_factory=dict,
+        description="recipe -> the recipe its table row is tested against (default: the first); "
+        "written as `reference:` inside a recipe",
+    )
     sampler: SamplerSpec = SamplerSpec()
     budget: Int | None = Field(None, ge=1, description="settings to run (grid: default all)")
     seeds: SeedSpec = SeedSpec()
     pruner: PrunerSpec = PrunerSpec()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_references(cls, data: Any) -> Any:
+        """`reference:` inside a recipe names what the recipe is compared with; it is a label of
+        the analysis, not a hyperparameter, so it moves to `references` before validation."""
+        if not isinstance(data, dict) or not isinstance(data.get("recipes"), dict):
+            return data
+        recipes, references = {}, dict(data.get("references") or {})
+        for name, recipe in data["recipes"].items():
+            if isinstance(recipe, dict) and "reference" in recipe:
+                recipe = dict(recipe)
+                references[name] = recipe.pop("reference")
+            recipes[name] = recipe
+        return {**data, "recipes": recipes, "references": references}
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepSpec:
@@ -218,6 +238,12 @@ class SweepSpec(Strict):
         if both := set(self.hparams) & set(self.space):
             name = sorted(both)[0]
             raise FieldError(f"space.{name}", f"{name!r} is both fixed (hparams) and searched (space)")
+        for name, ref in self.references.items():
+            if name not in self.recipes:
+                raise FieldError(f"references.{name}", f"no recipe {name!r} to give a reference to")
+            if ref not in self.recipes or ref == name:
+                others = ", ".join(r for r in self.recipes if r != name)
+                raise FieldError(f"recipes.{name}.reference", f"{ref!r} is not another recipe ({others})")
         if self.recipes and self.space:  # a recipe table compares whole settings, one per recipe
             raise FieldError(
                 "space", "a sweep with `recipes` searches nothing: each recipe is one whole setting"

@@ -203,6 +203,24 @@ def test_settings_without_stabilisers_keep_their_keys_and_fingerprint(tiny_task:
     assert not any(k.startswith("sweep.recipes") for k in fingerprint)
 
 
+def test_a_recipe_reference_is_a_label_not_a_hyperparameter(tmp_path: Path) -> None:
+    """`reference:` inside a recipe names what its table row is tested against: it leaves the
+    recipe's hyperparameters and the study's fingerprint alone, and must name another recipe."""
+    (tmp_path / "sweeps").mkdir()
+    from suite.fingerprint import study_fingerprint
+
+    sweep = load_sweep(_recipe_sweep(tmp_path, "  base: {}\n  deep: {llrd: 0.9, reference: base}\n"))
+    assert sweep.references == {"deep": "base"} and sweep.recipes["deep"] == {"llrd": 0.9}
+    assert "reference" not in sweep.merged({"recipe": "deep"})
+    plain = load_sweep(_recipe_sweep(tmp_path, "  base: {}\n  deep: {llrd: 0.9}\n"))
+    dump = plain.model_dump(mode="json"), sweep.model_dump(mode="json")
+    assert study_fingerprint({}, dump[0], {}, {}, 1, {}) == study_fingerprint({}, dump[1], {}, {}, 1, {})
+    for bad in ("deep", "nope"):
+        path = _recipe_sweep(tmp_path, f"  base: {{}}\n  deep: {{llrd: 0.9, reference: {bad}}}\n")
+        with pytest.raises(SpecError, match="field 'recipes.deep.reference'"):
+            load_sweep(path)
+
+
 def test_recipe_and_stabilisers_are_recorded_per_trial(tiny_models: dict[str, Path], tiny_task: Path) -> None:
     root = tiny_task.parent.parent
     sweep = _recipe_sweep(root, "  base: {}\n  top: {reinit_layers: 1, llrd: 0.9, head_lr_mult: 2.0}\n")
