@@ -103,7 +103,7 @@ def setup_study(args: argparse.Namespace) -> StudySetup:
 
     tokenizer = load_tokenizer(model)
     # A bad model, or a stabiliser it cannot take, fails before any data work; the weights stay cached.
-    check_sweep(load_encoder(model), sweep, sweep_path)
+    check_sweep(load_encoder(model), sweep, sweep_path, task.head, task.classifier)
     prepared = prepare_task(task, data_dir(args.data_dir), tokenizer)
     check_planned_inputs(prepared, sweep, task_path)
     threads = max(1, args.threads // args.workers)

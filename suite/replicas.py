@@ -82,6 +82,8 @@ def check_group(task: PreparedTask, plans: Sequence[TrialPlan]) -> None:
         raise SuiteError("replicate group: a plan is listed twice")
     if first.hparams.split_batches:  # replicates share padded steps; pieces would differ per replicate
         raise SuiteError("replicate group: split_batches is not supported (set it to false)")
+    if first.hparams.features != "last":  # the stacked forward reads the last layer only
+        raise SuiteError("replicate group: features last4 is not supported (set it to last)")
 
 
 def run_replicates(

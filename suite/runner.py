@@ -216,7 +216,7 @@ def worker(args: argparse.Namespace) -> int:
         raise SuiteError(f"study {args.study!r}: has no run info (start it with `suite run`)")
     task, sweep = TaskSpec.model_validate(info["task"]), Sweep.model_validate(info["sweep"])
     prepared = prepare_task(task, data_dir(args.data_dir), load_tokenizer(info["model"]))
-    check_sweep(load_encoder(info["model"]), sweep, f"study {args.study}")
+    check_sweep(load_encoder(info["model"]), sweep, f"study {args.study}", task.head, task.classifier)
     check_planned_inputs(prepared, sweep, f"study {args.study}")
     trainer = resolve_trainer({**info.get("trainer", {}), **trainer_options(args)})
     current = fingerprint_of(prepared, sweep, info["model"], max(1, args.threads), trainer)

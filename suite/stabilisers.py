@@ -63,8 +63,27 @@ def encoder_layout(encoder: PreTrainedModel) -> EncoderLayout:
     return EncoderLayout((), shared=False)
 
 
+def head_refusal(values: dict[str, Any], head: str, classifier: str) -> tuple[str, str] | None:
+    """(hyperparameter, why) when a setting's head choice does not fit the task, else None."""
+    chosen = values.get("classifier", "task")
+    if chosen != "task" and head != "classification":
+        return "classifier", f"a {head} task has no classification head to choose"
+    kind = classifier if chosen == "task" else chosen
+    if values.get("features") == "last4" and head == "classification" and kind in ("auto", "pooler"):
+        return (
+            "features",
+            f"last4 feeds its own MLP from [CLS] or the mean: set classifier cls or mean, not {kind}",
+        )
+    if values.get("features") == "last4" and head == "span":
+        return "features", "the span head has no feature-based variant"
+    return None
+
+
 def refusal(encoder: PreTrainedModel, values: dict[str, Any]) -> tuple[str, str] | None:
     """(hyperparameter, why) when this encoder cannot apply a setting's stabilisers, else None."""
+    layers = getattr(encoder.config, "num_hidden_layers", None) or getattr(encoder.config, "n_layers", 0)
+    if values.get("features") == "last4" and layers < 4:
+        return "features", f"last4 needs 4 layers; this {encoder.config.model_type} encoder has {layers}"
     k, f = values.get("reinit_layers", 0), values.get("llrd", 1.0)
     if not k and f == 1:
         return None
@@ -79,15 +98,23 @@ def refusal(encoder: PreTrainedModel, values: dict[str, Any]) -> tuple[str, str]
     return None
 
 
-def check_sweep(encoder: PreTrainedModel, sweep: SweepSpec, where: str | Path) -> None:
-    """Pre-flight: every planned setting's stabilisers apply to this encoder (a TPE space: every
-    searched value), else one line naming the sweep file and field, before any training."""
+def check_sweep(
+    encoder: PreTrainedModel,
+    sweep: SweepSpec,
+    where: str | Path,
+    head: str = "classification",
+    classifier: str = "auto",
+) -> None:
+    """Pre-flight: every planned setting's stabilisers apply to this encoder and its head choice
+    to the task (a TPE space: every searched value), else one line naming the sweep file and
+    field, before any training."""
     if sweep.adaptive:
         planned = [{name: v} for name, p in sweep.space.items() for v in p.candidates()] or [{}]
     else:
         planned = sweep.settings()
     for values in planned:
-        if found := refusal(encoder, sweep.merged(values)):
+        merged = sweep.merged(values)
+        if found := refusal(encoder, merged) or head_refusal(merged, head, classifier):
             name, why = found
             raise SpecError(f"{where}: field '{sweep.block_of(values, name)}': {why}")
 

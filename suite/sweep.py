@@ -37,6 +37,13 @@ class HParams(Strict):
     llrd: Float = Field(1.0, gt=0, le=1, description="lr x llrd per layer going down from the top layer")
     freeze: Literal["none", "embeddings", "encoder"] = "none"
     head_lr_mult: Float = Field(1.0, gt=0, description="the head's learning rate relative to the encoder's")
+    # The head as a factor a recipe can vary (classification tasks; `task`: the task's `classifier`).
+    classifier: Literal["task", "auto", "pooler", "cls", "mean"] = "task"
+    features: Literal["last", "last4"] = Field(
+        "last",
+        description="the head's input: the last layer, or the last four concatenated under a small "
+        "MLP (classification) or a 2-layer BiLSTM (tagging): Devlin et al. 2019 s5.3, feature-based",
+    )
     recipe: str | None = Field(None, description="the sweep recipe this setting belongs to (a label)")
 
     @model_validator(mode="after")
@@ -71,6 +78,8 @@ OPTIONAL: dict[str, Any] = {
     "llrd": 1.0,
     "freeze": "none",
     "head_lr_mult": 1.0,
+    "classifier": "task",
+    "features": "last",
     "recipe": None,
 }
 SETTABLE = tuple(n for n in HParams.model_fields if n != "recipe")  # `recipe` is a label, set by `recipes:`

@@ -130,3 +130,53 @@ def test_mean_head_pools_only_the_unmasked_states(tiny_models) -> None:  # noqa:
         hidden = module.encode(bare)
         assert torch.allclose(mean_pool(hidden, bare["attention_mask"]), hidden.mean(1))
     assert module.head_name == "mean" and getattr(module.encoder, "pooler", None) is None
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+def test_feature_based_heads_read_the_last_four_layers_of_a_frozen_encoder(arch: str, tmp_path: Path) -> None:
+    """`features: last4` (Devlin et al. 2019 s5.3): the head's input is the last four layers
+    concatenated; classification puts a small MLP on it, tagging a 2-layer BiLSTM, and under a
+    frozen encoder only the head learns. A padded tagging batch scores its sentence as alone."""
+    import torch
+
+    from suite import stabilisers
+    from suite.heads.classification import ClassificationModule
+    from suite.heads.tagging import TaggingModule
+    from suite.models import load_encoder
+    from tests.conftest import save_tiny_models
+
+    def four_layers(config) -> None:  # noqa: ANN001
+        config.num_hidden_layers = 4
+
+    folder = save_tiny_models(tmp_path, [arch], four_layers)[arch]
+    hp = HP.model_copy(update={"features": "last4", "freeze": "encoder"})
+    batch = {
+        "input_ids": torch.tensor([[5, 6, 7, 8, 0], [5, 9, 10, 11, 12]]),
+        "attention_mask": torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]),
+        "labels": torch.tensor([0, 1]),
+    }
+    classify = ClassificationModule(load_encoder(str(folder)), hp, 2, ["accuracy"], classifier="mean")
+    stabilisers.apply(classify, hp)
+    assert classify.encode(batch).shape == (2, 5, 4 * classify.hidden_size)
+    classify.loss(batch).backward()
+    learning = {n for n, p in classify.named_parameters() if p.grad is not None}
+    assert learning == {f"classifier.{i}.{w}" for i in (0, 3) for w in ("weight", "bias")}
+    tagger = TaggingModule(load_encoder(str(folder)), hp, ["O", "B-X", "I-X"], lambda w: ({}, {}))
+    tagger.eval()
+    with torch.no_grad():
+        both = tagger({k: batch[k] for k in ("input_ids", "attention_mask")})
+        alone = tagger(
+            {"input_ids": batch["input_ids"][:1, :4], "attention_mask": batch["attention_mask"][:1, :4]}
+        )
+    assert tagger.lstm.num_layers == 2 and tagger.lstm.bidirectional
+    assert torch.allclose(both[0, :4], alone[0], atol=1e-5)
+
+
+def test_a_setting_chooses_its_head_and_is_refused_where_it_cannot_apply() -> None:
+    from suite.stabilisers import head_refusal
+
+    assert head_refusal({"classifier": "mean"}, "classification", "auto") is None
+    assert head_refusal({"classifier": "mean"}, "tagging", "auto")[0] == "classifier"
+    assert head_refusal({"features": "last4"}, "classification", "auto")[0] == "features"
+    assert head_refusal({"features": "last4", "classifier": "cls"}, "classification", "auto") is None
+    assert head_refusal({"features": "last4"}, "tagging", "auto") is None

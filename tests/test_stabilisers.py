@@ -172,6 +172,13 @@ def test_albert_refuses_reinit_and_llrd_before_training(
         stabilisers.check_sweep(encoder, load_sweep(sweep), sweep)
     freeze_only = _recipe_sweep(root, "  frozen: {freeze: encoder}\n")
     stabilisers.check_sweep(encoder, load_sweep(freeze_only), freeze_only)  # freezing needs no layers
+    deep = _recipe_sweep(root, "  base: {}\n  probe: {features: last4, classifier: cls}\n")
+    with pytest.raises(SpecError, match="field 'recipes.probe.features'.*4 layers"):
+        stabilisers.check_sweep(load_encoder(str(tiny_models["bert"])), load_sweep(deep), deep)
+    with pytest.raises(SpecError, match="field 'recipes.probe.classifier'.*tagging"):
+        stabilisers.check_sweep(
+            encoder, load_sweep(_recipe_sweep(root, "  probe: {classifier: cls}\n")), "x", "tagging"
+        )
 
 
 def test_reinit_beyond_the_depth_and_meaningless_combinations_are_refused(
@@ -223,12 +230,18 @@ def test_a_recipe_reference_is_a_label_not_a_hyperparameter(tmp_path: Path) -> N
 
 def test_recipe_and_stabilisers_are_recorded_per_trial(tiny_models: dict[str, Path], tiny_task: Path) -> None:
     root = tiny_task.parent.parent
-    sweep = _recipe_sweep(root, "  base: {}\n  top: {reinit_layers: 1, llrd: 0.9, head_lr_mult: 2.0}\n")
-    folder = run_tiny(tiny_task, tiny_models["bert"], "--sweep", str(sweep))
+    recipes = (
+        "  base: {}\n  top: {reinit_layers: 1, llrd: 0.9, head_lr_mult: 2.0}\n  mean: {classifier: mean}\n"
+    )
+    folder = run_tiny(tiny_task, tiny_models["bert"], "--sweep", str(_recipe_sweep(root, recipes)))
     records = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
     by_recipe = {r["hparams"]["recipe"]: r for r in records}
-    assert len(records) == 4 and set(by_recipe) == {"base", "top"}
-    assert "reinit_layers" not in by_recipe["base"]["hparams"]
+    assert len(records) == 6 and set(by_recipe) == {"base", "top", "mean"}
+    assert (
+        "reinit_layers" not in by_recipe["base"]["hparams"]
+        and "classifier" not in by_recipe["base"]["hparams"]
+    )
+    assert by_recipe["mean"]["head"] == "mean" and by_recipe["base"]["head"].startswith("auto")
     assert {k: by_recipe["top"]["hparams"][k] for k in ("reinit_layers", "llrd", "head_lr_mult")} == {
         "reinit_layers": 1,
         "llrd": 0.9,

@@ -46,9 +46,17 @@ class EncoderModule(L.LightningModule):
                 return getattr(config, name)
         return 0.1
 
+    @property
+    def feature_size(self) -> int:
+        return self.hidden_size * (4 if self.train_hparams.features == "last4" else 1)
+
     def encode(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Last hidden states, [batch, seq, hidden]."""
-        return self.encoder(**encoder_inputs(self.encoder, batch)).last_hidden_state
+        """The head's input per token, [batch, seq, feature_size]: the last hidden states, or the
+        last four layers' concatenated (`features: last4`)."""
+        inputs = encoder_inputs(self.encoder, batch)
+        if self.train_hparams.features == "last4":
+            return torch.cat(self.encoder(**inputs, output_hidden_states=True).hidden_states[-4:], -1)
+        return self.encoder(**inputs).last_hidden_state
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         raise NotImplementedError

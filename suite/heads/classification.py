@@ -80,14 +80,34 @@ class ClassificationModule(EncoderModule):
             if classifier in ("cls", "mean"):
                 drop_pooler(encoder)
             self.dropout = nn.Dropout(self.head_dropout)
-            self.classifier = nn.Linear(self.hidden_size, outputs)
-            # BERT's initializer (normal, std 0.02); drawn from the RNG seeded with init_seed.
-            nn.init.normal_(self.classifier.weight, std=0.02)
-            nn.init.zeros_(self.classifier.bias)
-            self.head_name = classifier
+            self.classifier = self._new_head(classifier, outputs)
+            self.head_name = classifier + (
+                " on the last 4 layers, MLP" if hparams.features == "last4" else ""
+            )
         self._predictions: list[torch.Tensor] = []
         self._labels: list[torch.Tensor] = []
         self._examples: list[torch.Tensor] = []
+
+    def _new_head(self, classifier: str, outputs: int) -> nn.Module:
+        """A linear layer, or (`features: last4`, feature-based) a small MLP over the four
+        concatenated layers. BERT's initializer (normal, std 0.02), drawn under the init seed."""
+        if self.train_hparams.features != "last4":
+            linear = nn.Linear(self.hidden_size, outputs)
+            nn.init.normal_(linear.weight, std=0.02)
+            nn.init.zeros_(linear.bias)
+            return linear
+        if classifier not in ("cls", "mean"):
+            raise SpecError(f"field 'features': last4 needs classifier cls or mean, not {classifier}")
+        head = nn.Sequential(
+            nn.Linear(self.feature_size, self.hidden_size),
+            nn.Tanh(),
+            nn.Dropout(self.head_dropout),
+            nn.Linear(self.hidden_size, outputs),
+        )
+        for layer in (head[0], head[3]):
+            nn.init.normal_(layer.weight, std=0.02)
+            nn.init.zeros_(layer.bias)
+        return head
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.classifier_kind == "auto":

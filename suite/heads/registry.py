@@ -55,7 +55,7 @@ def _classification(spec: TaskSpec, root: Path | None, tokenizer: Any) -> Prepar
     baseline = trivial_baseline(names, dev, spec.regression, data.num_labels)
 
     def build(task: PreparedTask, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
-        classifier = getattr(spec, "classifier", "auto")
+        classifier = spec.classifier if hparams.classifier == "task" else hparams.classifier
         return ClassificationModule(
             encoder, hparams, data.num_labels, names, regression=spec.regression, classifier=classifier
         )

@@ -22,6 +22,7 @@ from torchcrf import CRF
 from transformers import PreTrainedModel
 
 from suite.data.tagging import IGNORE
+from suite.errors import SpecError
 from suite.heads.base import EncoderModule
 from suite.models import drop_pooler
 from suite.sweep import HParams
@@ -74,7 +75,12 @@ class TaggingModule(EncoderModule):
         super().__init__(encoder, hparams)
         drop_pooler(encoder)  # this head reads the per-token states only
         self.dropout = nn.Dropout(self.head_dropout)
-        self.classifier = nn.Linear(self.hidden_size, len(tags))
+        self.lstm = None
+        width = self.hidden_size
+        if hparams.features == "last4":  # feature-based NER (Devlin et al. 2019 s5.3)
+            self.lstm = nn.LSTM(self.feature_size, width, num_layers=2, bidirectional=True, batch_first=True)
+            width = 2 * width
+        self.classifier = nn.Linear(width, len(tags))
         nn.init.normal_(self.classifier.weight, std=0.02)
         nn.init.zeros_(self.classifier.bias)
         self.crf = ConstrainedCRF(tags) if crf else None
@@ -86,7 +92,20 @@ class TaggingModule(EncoderModule):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Emission scores per sub-token, [batch, seq, tags]."""
-        return self.classifier(self.dropout(self.encode(batch)))
+        states = self.encode(batch)
+        if self.lstm is not None:
+            states = self._bilstm(states, batch["attention_mask"])
+        return self.classifier(self.dropout(states))
+
+    def _bilstm(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The BiLSTM over each sequence's real tokens only (packed), so padding never enters
+        the backward direction and a padded batch scores as its sequences alone would."""
+        if bool((mask[:, 0] == 0).any()):
+            raise SpecError("field 'features': the BiLSTM head needs right-padded batches")
+        lengths = mask.sum(1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(states, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.lstm(packed)
+        return nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=states.shape[1])[0]
 
     @staticmethod
     def _word_view(
