@@ -84,11 +84,24 @@ def build_parser() -> argparse.ArgumentParser:
     site = sub.add_parser("site", help="a static, self-contained leaderboard page (site/index.html)")
     site.add_argument("leaderboards", nargs="+", help="leaderboard JSON files")
     site.add_argument("-o", "--output", default="site", help="folder for index.html (default: site)")
-    comp = sub.add_parser("compare", help="compare two studies, or the recipes of one study")
+    comp = sub.add_parser(
+        "compare",
+        help="compare two studies, or the recipes of one study, per (size, setting)",
+        description="Two studies (or the recipes of one) per shared (size, setting) block: sizes matched by "
+        "value, settings on the hyperparameters that vary within the studies (those constant within "
+        "each but different between them are what is compared); runs paired by seeds within a block.",
+    )
     comp.add_argument("run_a")
     comp.add_argument("run_b", nargs="?", help="omit for the recipe table of RUN_A's study")
     comp.add_argument("--reference", help="the recipe the others are tested against (default: the first)")
-    comp.add_argument("--plot", help="also save a comparison figure (PNG) here (two runs)")
+    comp.add_argument("--size", help="only this training size's block(s), e.g. 64 or full")
+    comp.add_argument(
+        "--setting",
+        metavar="KEY=VALUE[,KEY=VALUE...]",
+        help="only the block(s) with these hyperparameter values, e.g. lr=2e-5,batch_size=16 "
+        "(numbers match by value: 2e-5 = 0.00002)",
+    )
+    comp.add_argument("--plot", help="also save a comparison figure (PNG) per block here (two runs)")
     return parser
 
 
@@ -148,25 +161,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def compare_command(args: argparse.Namespace) -> None:
+    from suite.blocks import check_studies, parse_setting
     from suite.compare import compare, format_comparison, load_records
 
     info_a, a = load_records(Path(args.run_a))
     metric = info_a.get("task", {}).get("metric", {}).get("main", "score")
+    setting = parse_setting(args.setting)
     if args.run_b is None:
         from suite.recipes import format_recipe_table, recipe_table
 
         try:
-            print(format_recipe_table(recipe_table(a, args.reference), metric))
+            tables = recipe_table(a, args.reference, size=args.size, setting=setting)
         except SuiteError as err:
             raise SuiteError(f"{args.run_a}: {err}") from None
+        print(format_recipe_table(tables, metric))
         return
     if args.reference:
         raise SuiteError("--reference: names a recipe of one study; give one run folder")
-    _, b = load_records(Path(args.run_b))
+    info_b, b = load_records(Path(args.run_b))
+    check_studies(info_a, info_b)
     labels = (args.run_a, args.run_b)
-    print(format_comparison(compare(a, b), labels, metric))
+    result = compare(a, b, size=args.size, setting=setting)
+    print(format_comparison(result, labels, metric))
     if args.plot:
+        from suite.compare import block_runs
         from suite.plots import compare_runs
 
-        compare_runs(a, b, labels, metric).savefig(args.plot, dpi=120)
-        print(f"wrote {args.plot}")
+        plot = Path(args.plot)
+        for name, runs_a, runs_b in block_runs(result, a, b):  # one figure per block: never pooled
+            out = plot if len(result["blocks"]) == 1 else plot.with_name(f"{plot.stem}-{name}{plot.suffix}")
+            compare_runs(runs_a, runs_b, labels, metric).savefig(out, dpi=120)
+            print(f"wrote {out}")

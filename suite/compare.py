@@ -1,39 +1,42 @@
-"""`suite compare RUN_A RUN_B`: two studies' score distributions side by side, with tests.
+"""`suite compare RUN_A RUN_B`: two studies side by side, per shared (size, setting) block.
 
-All across seeds (runs), never across the examples of one dev set:
-- location: Mann-Whitney U (whole distributions), a seeded permutation test of the difference in
-  medians, and the Hodges-Lehmann shift (median of all B - A differences) with a 95% interval;
-- spread: the Brown-Forsythe test (Levene's test around the medians: robust to skewed scores);
-- failures: Wilson intervals on both failure rates and Fisher's exact test;
-- paired: when both studies ran the same seeds, the Wilcoxon signed-rank test on matched runs
-  (the seeds' shared effects cancel in each difference, so it sees shifts the unpaired tests miss).
+All across seeds (runs), never across the examples of one dev set, and never pooled over sizes or
+settings (suite.blocks). Within a block:
+- independent runs of one subsample on both sides (exchangeable under "no effect"): Mann-Whitney,
+  a permutation test of the difference in medians, the Hodges-Lehmann shift with its Moses 95%
+  interval, Brown-Forsythe's spread statistic by permutation, Fisher's exact test on failures;
+- runs that share seeds (a crossed init x order grid, several subsample seeds): the difference in
+  means tested on seed units (suite.paired), for scores and failures; no spread test;
+- paired, when both studies ran the same seeds: the Wilcoxon signed-rank test on independent pairs,
+  else the seed-unit test on the paired differences (the seeds' shared effects cancel).
+Every test knows its smallest attainable p at its n (suite.decidable) and says "cannot decide"
+instead of printing a p it could never get below 0.05.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
+from suite import blocks as bk
+from suite import decidable as dc
+from suite import exact
 from suite.errors import SuiteError
-from suite.records import load_run, outcome, runs, setting_key
+from suite.paired import failed, pair_up, paired_units, unpaired_units
+from suite.records import load_run, outcome, runs
 from suite.statistics import spread
-from suite.uncertainty import (
-    bootstrap_samples,
-    intervals,
-    layout,
-    percentile_ci,
-    reduce,
-    widen,
-    widening,
-    wilson,
-)
+from suite.uncertainty import intervals, layout, wilson
+
+Record = dict[str, Any]
+MATCHED_ON = "seeds, size and setting"
 
 
-def load_records(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def load_records(run_dir: Path) -> tuple[dict[str, Any], list[Record]]:
     """The (info, runs) of a run folder's own study; errored and pruned trials are not runs."""
     info, records = load_run(run_dir)
     if not runs(records):
@@ -41,177 +44,332 @@ def load_records(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return info, runs(records)
 
 
-def scored_values(records: list[dict[str, Any]]) -> np.ndarray:
+def scored_values(records: list[Record]) -> np.ndarray:
     return np.array([r["score"] for r in records if r.get("score") is not None and np.isfinite(r["score"])])
 
 
-def _exchangeable(records: list[dict[str, Any]]) -> bool:
-    """Independent runs of one setting on one subsample: runs are the resampling unit."""
+def exchangeable(records: list[Record]) -> bool:
+    """Independent runs of one subsample: the runs themselves are the resampling unit."""
     lay = layout(records)
-    return lay.design == "independent" and lay.grid.shape[0] == 1 and len({_setting(r) for r in records}) == 1
+    return lay.design == "independent" and lay.grid.shape[0] == 1
 
 
-def _setting(r: dict[str, Any]) -> str:
-    return json.dumps([r.get("size"), r.get("hparams") or {}], sort_keys=True, default=str)
+def _test(name: str, method: str, p: Any, min_p: float, runs: int, needed: int | None, unit: str) -> dict:
+    found = dc.verdict(None, min_p, runs, needed, unit)
+    if found["decidable"]:  # the p is computed only where it can decide
+        found["p"] = float(p() if callable(p) else p)
+    return {"name": name, "method": method, **found}
 
 
-def hodges_lehmann(
-    a: list[dict[str, Any]], b: list[dict[str, Any]], seed: int = 0, resamples: int = 1000
-) -> dict[str, Any]:
-    """Shift B - A: the median of all pairwise differences, robust to outliers and failed runs.
+def _permutation_test(
+    name: str, xa: np.ndarray, xb: np.ndarray, statistic: exact.Statistic, seed: int
+) -> dict:
+    """A permutation test of independent runs; decidable where some split of these very runs (ties
+    included) could reach p < 0.05."""
+    m, n = xa.size, xb.size
+    every = math.comb(m + n, m) <= exact.RESAMPLES
+    method = "exact over all splits of the runs" if every else f"{exact.RESAMPLES} random splits of the runs"
+    p = lambda: exact.permutation_p(xa, xb, statistic, seed=seed)  # noqa: E731
+    low = exact.smallest_p(xa, xb, statistic)
+    return _test(name, method, p, low, min(m, n), exact.runs_needed(statistic), "runs per arm")
 
-    Interval: for independent runs of one setting on both sides, the distribution-free
-    Mann-Whitney (Moses) interval, normal approximation (measured coverage 95-97% from 4 runs a
-    side up); otherwise a design bootstrap of both sides (each side's seeds resampled as its
-    design says), widened for few seeds like `intervals`.
-    """
-    xa, xb = scored_values(a), scored_values(b)
-    estimate = float(np.median(np.subtract.outer(xb, xa)))
-    if _exchangeable(a) and _exchangeable(b):
-        d = np.sort(np.subtract.outer(xb, xa).ravel())
-        m, n = xa.size, xb.size
-        # k-th smallest and largest difference, k from U's null distribution (normal, continuity-corrected)
-        k = int(np.floor(m * n / 2 - stats.norm.ppf(0.975) * np.sqrt(m * n * (m + n + 1) / 12) + 0.5))
-        ci = [float(d[k - 1]), float(d[m * n - k])] if k >= 1 else None
-        return {"estimate": estimate, "ci95": ci, "unit": "runs", "method": "Mann-Whitney (Moses) interval"}
-    sa, unit_a, terms_a = bootstrap_samples(a, resamples, seed)
-    sb, unit_b, terms_b = bootstrap_samples(b, resamples, seed + 1)
-    reps = np.empty(resamples)
-    for start in range(0, resamples, 100):  # chunks keep the (chunk, m, n) differences small
-        diffs = sb[start : start + 100, None, :] - sa[start : start + 100, :, None]
-        reps[start : start + 100] = reduce(diffs.reshape(diffs.shape[0], -1), "median")
-    factor, _ = widening(terms_a + terms_b)
-    return {
-        "estimate": estimate,
-        "ci95": widen(percentile_ci(reps), estimate, factor),
-        "unit": f"A: {unit_a}; B: {unit_b}",
-        "method": "design bootstrap of both sides, percentile, widened for few seeds",
+
+def _not_used(name: str, why: str) -> dict:
+    return {"name": name, "decidable": False, "p": None, "note": why}
+
+
+def hodges_lehmann(xa: np.ndarray, xb: np.ndarray) -> dict[str, Any]:
+    """Shift B - A (median of all pairwise differences) with its Moses 95% interval, when one exists."""
+    estimate, ci = exact.moses_interval(xa, xb)
+    out = {
+        "estimate": float(estimate),
+        "ci95": None if ci is None else [float(v) for v in ci],
+        "unit": "runs",
     }
+    out["method"] = "Hodges-Lehmann, Moses (exact Mann-Whitney) interval"
+    if ci is None:
+        needed = exact.runs_needed(exact.mean_shift)
+        out["note"] = f"no 95% interval with {xa.size} and {xb.size} runs; needs at least {needed} per arm"
+    return out
 
 
-def paired(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Wilcoxon signed-rank test on runs matched by their seeds (and setting, when both studies ran
-    the same settings). None unless at least 2 scored runs match. Matched pairs are treated as
-    independent, which a crossed grid's shared seeds make optimistic."""
-
-    def index(records: list[dict[str, Any]], with_setting: bool) -> dict[str, float] | None:
-        keyed: dict[str, float] = {}
-        for r in records:
-            if r.get("seeds") is None or r.get("score") is None or not np.isfinite(r["score"]):
-                continue
-            key = json.dumps(r["seeds"], sort_keys=True) + (
-                setting_key(r.get("hparams") or {}) if with_setting else ""
-            )
-            if key in keyed:  # the same seeds twice: no unique partner
-                return None
-            keyed[key] = float(r["score"])
-        return keyed
-
-    for with_setting, matched_on in ((True, "seeds and setting"), (False, "seeds")):
-        ia, ib = index(a, with_setting), index(b, with_setting)
-        common = sorted(set(ia or {}) & set(ib or {}))
-        if len(common) >= 2:
-            d = np.array([ib[k] - ia[k] for k in common])
-            p = 1.0 if np.all(d == 0) else float(stats.wilcoxon(d).pvalue)
-            return {
-                "n_pairs": len(common),
-                "matched_on": matched_on,
-                "median_diff": float(np.median(d)),
-                "wilcoxon_p": p,
-            }
-    return None
-
-
-def brown_forsythe(xa: np.ndarray, xb: np.ndarray) -> float | None:
-    """Levene's test around the medians; None when neither side's runs deviate (0 / 0), or when a
-    side has 2 runs: both deviate from their median by the same amount, so the within-side
-    spread of deviations is 0 by construction and the test would reject at any spread."""
-    if min(xa.size, xb.size) < 3:
-        return None
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = float(stats.levene(xa, xb, center="median").pvalue)
-    return p if np.isfinite(p) else None
-
-
-def compare(a: list[dict[str, Any]], b: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
-    """B against A. Shape: {"a", "b": spread + failure_rate, failure_rate_ci95 (Wilson, across
-    runs), median_ci95 and unit (design bootstrap), median_diff, iqr_diff, failure_rate_diff,
-    mann_whitney_p, permutation_median_p, fisher_failure_p, brown_forsythe_p (difference in
-    spread), hodges_lehmann {estimate, ci95, unit, method}, paired (see `paired`) or None}."""
-    xa, xb = scored_values(a), scored_values(b)
-    if xa.size < 2 or xb.size < 2:
-        raise SuiteError("compare needs at least 2 scored runs on each side")
-    fail_a, fail_b = (sum(outcome(r) == "failed" for r in side) for side in (a, b))
-    permutation = stats.permutation_test(
-        (xb, xa),
-        lambda x, y, axis: np.median(x, axis=axis) - np.median(y, axis=axis),
-        vectorized=True,
-        n_resamples=10_000,
-        rng=np.random.default_rng(seed),
+def failure_test(a: list[Record], b: list[Record]) -> dict[str, Any]:
+    """Fisher's exact test for independent runs; the seed-unit test on failure indicators else."""
+    fa, fb = (sum(outcome(r) == "failed" for r in side) for side in (a, b))
+    if fa + fb in (0, len(a) + len(b)):
+        return _not_used("failures", "no failed runs" if fa + fb == 0 else "every run failed")
+    if not (exchangeable(a) and exchangeable(b)):
+        return {"name": "failures, t on seed units", **unpaired_units(a, b, failed)}
+    n1, n2 = len(a), len(b)
+    return _test(
+        "Fisher",
+        "exact, at these margins",
+        lambda: exact.fisher_p(fa, n1, fb, n2),
+        dc.fisher_min_p(n1, n2, fa + fb),
+        min(n1, n2),
+        dc.fisher_runs_needed(n1, n2, fa + fb),
+        "runs per arm",
     )
-    sides = {}
-    for name, records, x, failed in (("a", a, xa, fail_a), ("b", b, xb, fail_b)):
-        median = intervals(records, resamples=1000, seed=seed)["median"]
-        sides[name] = {
-            **spread(x),
-            "failure_rate": failed / len(records),
-            "failure_rate_ci95": wilson(failed, len(records))["ci95"],
-            "median_ci95": median["ci95"],
-            "unit": median["unit"],
-        }
+
+
+def spread_test(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, Any]:
+    """Brown-Forsythe's statistic (difference in mean absolute deviation from the median), by
+    permutation; no test where runs share seeds (their deviations are not independent)."""
+    if not (exchangeable(a) and exchangeable(b)):
+        return _not_used("Brown-Forsythe", "no spread test: the runs share seeds")
+    xa, xb = scored_values(a), scored_values(b)
+    return _permutation_test("Brown-Forsythe (permutation)", xa, xb, exact.spread_shift, seed)
+
+
+def location_tests(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, Any]:
+    """Unpaired location: rank and permutation tests with the Hodges-Lehmann shift for independent
+    runs; the difference in means on seed units else."""
+    if not (exchangeable(a) and exchangeable(b)):
+        mean = {"name": "t on seed units", **unpaired_units(a, b)}
+        return {"mann_whitney": None, "permutation_median": None, "hodges_lehmann": None, "mean_shift": mean}
+    xa, xb = scored_values(a), scored_values(b)
     return {
-        **sides,
-        "median_diff": float(np.median(xb) - np.median(xa)),
-        "iqr_diff": sides["b"]["iqr"] - sides["a"]["iqr"],
-        "failure_rate_diff": fail_b / len(b) - fail_a / len(a),
-        "mann_whitney_p": float(stats.mannwhitneyu(xb, xa, alternative="two-sided").pvalue),
-        "permutation_median_p": float(permutation.pvalue),
-        "fisher_failure_p": float(
-            stats.fisher_exact([[fail_a, len(a) - fail_a], [fail_b, len(b) - fail_b]]).pvalue
-        ),
-        "brown_forsythe_p": brown_forsythe(xa, xb),
-        "hodges_lehmann": hodges_lehmann(a, b, seed),
-        "paired": paired(a, b),
+        "mann_whitney": _permutation_test("Mann-Whitney", *exact.ranked(xa, xb), exact.mean_shift, seed),
+        "permutation_median": _permutation_test("permutation (medians)", xa, xb, exact.median_shift, seed),
+        "hodges_lehmann": hodges_lehmann(xa, xb),
+        "mean_shift": None,
     }
+
+
+def paired(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, Any] | None:
+    """Runs matched by their seeds (within one block: same size and setting). Independent pairs: the
+    Wilcoxon signed-rank test and the paired Hodges-Lehmann interval; pairs on a crossed grid or under
+    several subsample seeds: the seed-unit test. None below 2 scored pairs."""
+    pairs = pair_up(a, b)
+    scored = [(ra, rb) for ra, rb in pairs if np.isfinite(ra.get("score") or np.nan)]
+    scored = [(ra, rb) for ra, rb in scored if np.isfinite(rb.get("score") or np.nan)]
+    if len(scored) < 2:
+        return None
+    d = np.array([rb["score"] - ra["score"] for ra, rb in scored])
+    out: dict[str, Any] = {
+        "n_pairs": len(scored),
+        "matched_on": MATCHED_ON,
+        "median_diff": float(np.median(d)),
+    }
+    if exchangeable([ra for ra, _ in scored]):
+        return out | _signed_rank(d, seed)
+    test = {"name": "t on seed units, paired", **paired_units(scored)}
+    out |= {
+        "test": test,
+        "shift": {k: test[k] for k in ("estimate", "ci95", "unit", "method", "note") if k in test},
+    }
+    if any(outcome(r) == "failed" for pair in pairs for r in pair):
+        out["failures"] = {"name": "failures, t on seed units, paired", **paired_units(pairs, failed)}
+    return out
+
+
+def _signed_rank(d: np.ndarray, seed: int) -> dict[str, Any]:
+    nonzero = int(np.count_nonzero(d))
+    unit = "pairs" if nonzero == d.size else "pairs that differ"
+    test = _test(
+        "Wilcoxon signed-rank",
+        "exact over sign flips" if nonzero <= 16 else "random sign flips",
+        lambda: exact.signed_rank_p(d, seed=seed),
+        dc.signed_rank_min_p(nonzero),
+        nonzero,
+        dc.runs_needed(dc.signed_rank_min_p, 1),
+        unit,
+    )
+    estimate, ci = exact.walsh_interval(d)
+    shift = {"estimate": float(estimate), "ci95": None if ci is None else [float(v) for v in ci]}
+    shift |= {
+        "unit": f"{d.size} seed-paired runs",
+        "method": "paired Hodges-Lehmann, exact signed-rank interval",
+    }
+    if ci is None:
+        shift["note"] = f"no 95% interval with {d.size} pairs; needs at least 6"
+    return {"test": test, "shift": shift}
+
+
+def _side(records: list[Record], x: np.ndarray, seed: int) -> dict[str, Any]:
+    fails = sum(outcome(r) == "failed" for r in records)
+    median = (
+        intervals(records, resamples=1000, seed=seed)["median"] if x.size else {"ci95": None, "unit": "runs"}
+    )
+    return {
+        **spread(x),
+        "failure_rate": fails / len(records),
+        "failure_rate_ci95": wilson(fails, len(records))["ci95"],
+        "median_ci95": median["ci95"],
+        "unit": median["unit"],
+    }
+
+
+def compare_block(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, Any]:
+    """B against A within one (size, setting). Shape: {a, b: spread + failure_rate, failure_rate_ci95,
+    median_ci95, unit; design ("runs" | "seed units"), median_diff, iqr_diff, failure_rate_diff;
+    mann_whitney, permutation_median, mean_shift, brown_forsythe, failures: tests, each {name, method,
+    decidable, p (None unless decidable), min_p, runs_needed, note}, or None where the design has no
+    such test; hodges_lehmann {estimate, ci95, unit, method, note} or None; paired (see `paired`) or
+    None; note: why there are no tests}."""
+    xa, xb = scored_values(a), scored_values(b)
+    sides = {"a": _side(a, xa, seed), "b": _side(b, xb, seed)}
+    out: dict[str, Any] = {
+        **sides,
+        "design": "runs" if exchangeable(a) and exchangeable(b) else "seed units",
+        "median_diff": float(np.median(xb) - np.median(xa)) if xa.size and xb.size else None,
+        "iqr_diff": sides["b"]["iqr"] - sides["a"]["iqr"] if xa.size and xb.size else None,
+        "failure_rate_diff": sides["b"]["failure_rate"] - sides["a"]["failure_rate"],
+        "failures": failure_test(a, b),
+    }
+    if min(xa.size, xb.size) < 2:
+        empty = dict.fromkeys(("mann_whitney", "permutation_median", "hodges_lehmann", "mean_shift"))
+        return (
+            out
+            | empty
+            | {"brown_forsythe": None, "paired": None, "note": "fewer than 2 scored runs on a side"}
+        )
+    return (
+        out
+        | location_tests(a, b, seed)
+        | {"brown_forsythe": spread_test(a, b, seed), "paired": paired(a, b, seed)}
+    )
+
+
+def compare(
+    a: list[Record], b: list[Record], seed: int = 0, size: str | None = None, setting: dict | None = None
+) -> dict[str, Any]:
+    """B against A per shared (size, setting) block. Shape: {blocks: [{block (label), size, setting
+    (the matched hyperparameters), **compare_block}], compared: {hyperparameter: [A's, B's]} (constant
+    within each study, different between: what is compared), matched_on: [hyperparameters a block is
+    matched on], only_a, only_b: [labels of blocks on one side only]}. `size`, `setting`: pick blocks
+    (`--size`, `--setting`)."""
+    bk.check_records(a, b)
+    keys, compared = bk.varying([a, b]), bk.differing([a, b])
+    in_a, in_b = bk.split(a, keys), bk.split(b, keys)
+    shared = [blk for blk in in_a if blk in in_b]
+    if not shared:
+        raise SuiteError(
+            "compare: the studies share no (size, setting): A has "
+            f"{'; '.join(map(bk.label, in_a))}, B has {'; '.join(map(bk.label, in_b))}"
+        )
+    hparams = {blk: _own(in_a[blk][0], compared) for blk in shared}
+    found = [
+        {"block": bk.label(blk), "size": in_a[blk][0].get("size"), "setting": json.loads(blk[1])}
+        | compare_block(in_a[blk], in_b[blk], seed)
+        for blk in bk.select(shared, size, setting, hparams, compared)
+    ]
+    return {
+        "blocks": found,
+        "compared": compared,
+        "matched_on": keys,
+        "only_a": [bk.label(blk) for blk in in_a if blk not in in_b],
+        "only_b": [bk.label(blk) for blk in in_b if blk not in in_a],
+    }
+
+
+def block_runs(result: dict[str, Any], a: list[Record], b: list[Record]) -> list[tuple[str, list, list]]:
+    """(file-name-safe block name, A's runs, B's runs) of each block of a `compare` result."""
+    out = []
+    for block in result["blocks"]:
+        key = (json.dumps(block["size"]), json.dumps(block["setting"], sort_keys=True))
+        sides = [[r for r in side if bk.block_of(r, result["matched_on"]) == key] for side in (a, b)]
+        out.append((re.sub(r"[^A-Za-z0-9.=-]+", "-", block["block"]).strip("-"), *sides))
+    return out
+
+
+def _own(r: Record, compared: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in (r.get("hparams") or {}).items() if k not in compared}
 
 
 def _ci(ci: list[float] | None) -> str:
     return f"[{100 * ci[0]:.2f}, {100 * ci[1]:.2f}]" if ci else "[n/a]"
 
 
-def format_comparison(result: dict[str, Any], labels: tuple[str, str], metric: str) -> str:
+def describe(test: dict[str, Any] | None) -> str:
+    """`Name: p=0.012`, or the name and why it has no p; a seed-unit test leads with its mean and interval."""
+    if test is None:
+        return ""
+    mean = ""
+    if test.get("estimate") is not None:
+        mean = f"mean {100 * test['estimate']:+.2f}" + (f" {_ci(test['ci95'])}" if test.get("ci95") else "")
+        mean += f", {test['df']:g} df, " if "df" in test else ", "
+    return f"{test['name']}: {mean}{dc.text(test)}"
+
+
+def _shift_text(hl: dict[str, Any], what: str) -> str:
+    ci = _ci(hl["ci95"]) if hl.get("ci95") else f"({hl['note']})"
+    return f"{what} {100 * hl['estimate']:+.2f} {ci}"
+
+
+def _header(result: dict[str, Any], labels: tuple[str, str], metric: str) -> list[str]:
+    lines = [f"{metric} x100, dev; A = {labels[0]}, B = {labels[1]}; spread and tests across seeds"]
+    diff = "; ".join(
+        f"{k} (A {bk.fmt_value(v[0])}, B {bk.fmt_value(v[1])})" for k, v in result["compared"].items()
+    )
+    lines.append(
+        (f"the studies differ in {diff}; " if diff else "")
+        + f"each (size, setting) on its own; pairs matched on {MATCHED_ON}"
+    )
+    for side, key in (("A", "only_a"), ("B", "only_b")):
+        if result[key]:
+            lines.append(f"only in {side} (not compared): {'; '.join(result[key])}")
+    return lines
+
+
+def _table(block: dict[str, Any], labels: tuple[str, str]) -> list[str]:
     width = max(len(label) for label in labels)
-    head = f"{'':{width}s} {'n':>4s} {'median':>8s} {'[95% CI]':>17s} {'IQR':>7s} {'fail':>5s}"
-    lines = [f"{metric} x100, dev; spread and tests across seeds; [95% intervals]", head + "  [95% Wilson]"]
+    head = f"{'':{width}s} {'n':>4s} {'median':>8s} {'[95% CI]':>17s} {'IQR':>7s} {'fail':>5s}  [95% Wilson]"
+    lines = [head]
     for side, label in zip(("a", "b"), labels, strict=True):
-        s = result[side]
+        s = block[side]
         rate = s.get("failure_rate_ci95")
         fail_ci = f"[{rate[0]:.0%}, {rate[1]:.0%}]" if rate else "[n/a]"
+        median = f"{100 * s['median']:8.2f}" if s["n"] else f"{'n/a':>8s}"
+        iqr = f"{100 * s['iqr']:7.2f}" if s["n"] else f"{'n/a':>7s}"
         lines.append(
-            f"{label:{width}s} {s['n']:4d} {100 * s['median']:8.2f} {_ci(s.get('median_ci95')):>17s} "
-            f"{100 * s['iqr']:7.2f} {s['failure_rate']:5.0%}  {fail_ci}"
+            f"{label:{width}s} {s['n']:4d} {median} {_ci(s.get('median_ci95')):>17s} {iqr} "
+            f"{s['failure_rate']:5.0%}  {fail_ci}"
         )
-    for side, label in zip(("a", "b"), labels, strict=True):
-        if "unit" in result[side]:
-            lines.append(f"  {label}: median CI across {result[side]['unit']}; failure-rate CI across runs")
-    p_perm = result["permutation_median_p"]
-    shift = f"B - A: median {100 * result['median_diff']:+.2f} (permutation p={p_perm:.3g})"
-    hl = result.get("hodges_lehmann")
-    if hl:
-        shift += f", Hodges-Lehmann shift {100 * hl['estimate']:+.2f} {_ci(hl['ci95'])} across {hl['unit']}"
-    lines.append(shift)
-    bf = result.get("brown_forsythe_p")
-    bf = f", Brown-Forsythe p={bf:.3g}" if bf is not None else ""
-    lines.append(
-        f"  spread: IQR {100 * result['iqr_diff']:+.2f}{bf}; failure rate {result['failure_rate_diff']:+.0%} "
-        f"(Fisher p={result['fisher_failure_p']:.3g}); Mann-Whitney p={result['mann_whitney_p']:.3g}"
-    )
-    pair = result.get("paired")
-    if pair:
-        lines.append(
-            f"  paired on {pair['n_pairs']} runs with the same {pair['matched_on']}: median difference "
-            f"{100 * pair['median_diff']:+.2f}, Wilcoxon signed-rank p={pair['wilcoxon_p']:.3g}"
-        )
-    elif "paired" in result:
-        lines.append("  no runs with the same seeds on both sides: no paired test")
+    units = {block["a"]["unit"], block["b"]["unit"]}
+    units = block["a"]["unit"] if len(units) == 1 else f"A: {block['a']['unit']}; B: {block['b']['unit']}"
+    lines.append(f"  median CI across {units}; failure-rate CI across runs")
+    return lines
+
+
+def _line(head: str, tests: list[dict[str, Any] | None]) -> list[str]:
+    """A summary line, then one line per test: its p, or why it has none."""
+    return [f"  {head}"] + [f"    {describe(t)}" for t in tests if t]
+
+
+def _tests(block: dict[str, Any]) -> list[str]:
+    if block.get("note"):
+        return [f"  no tests: {block['note']}"]
+    location = f"location, B - A: median {100 * block['median_diff']:+.2f}"
+    if block["hodges_lehmann"]:
+        location += "; " + _shift_text(block["hodges_lehmann"], "Hodges-Lehmann shift")
+    failures = block["failures"]
+    fail_head = f"failures, B - A: {block['failure_rate_diff']:+.0%}"
+    if failures["name"] == "failures":  # nothing to test: no failures, or nothing else
+        fail_head, failures = f"{fail_head}; {failures['note']}", None
+    lines = [
+        *_line(location, [block[k] for k in ("mann_whitney", "permutation_median", "mean_shift")]),
+        *_line(f"spread, B - A: IQR {100 * block['iqr_diff']:+.2f}", [block["brown_forsythe"]]),
+        *_line(fail_head, [failures]),
+    ]
+    pair = block["paired"]
+    if pair is None:
+        return [*lines, "  no runs with the same seeds on both sides: no paired test"]
+    head = f"paired on {pair['n_pairs']} runs with the same {pair['matched_on']}: median difference "
+    head += f"{100 * pair['median_diff']:+.2f}"
+    if "estimate" not in pair["test"]:
+        head += "; " + _shift_text(pair["shift"], "paired Hodges-Lehmann shift")
+    return lines + _line(head, [pair["test"], pair.get("failures")])
+
+
+def format_comparison(result: dict[str, Any], labels: tuple[str, str], metric: str) -> str:
+    """One block per shared (size, setting): its table, then each test's p or why it has none."""
+    lines = _header(result, labels, metric)
+    for block in result["blocks"]:
+        lines += [
+            "",
+            f"{block['block']} ({block['design']} are the unit):",
+            *_table(block, labels),
+            *_tests(block),
+        ]
     return "\n".join(lines)

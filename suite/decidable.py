@@ -3,7 +3,10 @@
 A rank or exact test has a smallest attainable p at a given n: at 3 vs 3 runs Mann-Whitney's
 two-sided p never goes below 0.1, so printing its p as if it could reject misleads. Every test
 the suite prints goes through `verdict`: below the level it can reach, the output is "cannot
-decide with n runs; needs at least m" and no p-value.
+decide with n runs; needs at least m" and no p-value. Permutation tests take their smallest p
+from the runs themselves (suite.exact.smallest_p: tied runs, or medians of an even number of runs,
+put several splits at the extreme); a t test on seed units is not bounded this way and is
+calibrated by simulation instead (suite.paired).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from typing import Any
+
+from scipy import stats
 
 ALPHA = 0.05
 LIMIT = 10_000  # search bound for the runs needed
@@ -58,6 +63,23 @@ def mann_whitney_min_p(m: int, n: int) -> float:
 def signed_rank_min_p(n: int) -> float:
     """Exact two-sided Wilcoxon signed-rank (and sign-flip) test on n pairs: all signs alike."""
     return min(1.0, 2.0 / 2.0**n)
+
+
+def fisher_min_p(n1: int, n2: int, failed: int) -> float:
+    """Fisher's exact test at these margins (n1 and n2 runs, `failed` failures in all): the p of the
+    most extreme table, the failures all on one side or the other."""
+    low, high = max(0, failed - n2), min(failed, n1)
+    return min(
+        float(stats.fisher_exact([[x, n1 - x], [failed - x, n2 - failed + x]]).pvalue) for x in (low, high)
+    )
+
+
+def fisher_runs_needed(n1: int, n2: int, failed: int) -> int | None:
+    """The fewest runs per arm at which Fisher's test could reach ALPHA at the same failure share."""
+    share = failed / (n1 + n2)
+    if share in (0, 1):  # no failure (or nothing but failures): no table is extreme at any n
+        return None
+    return runs_needed(lambda n: fisher_min_p(n, n, round(share * 2 * n)), max(1, min(n1, n2)))
 
 
 def text(result: dict[str, Any], fmt: str = ".3g") -> str:

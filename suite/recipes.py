@@ -1,16 +1,19 @@
 """The recipe table: the recipes of one study side by side, in the shape of Mosbach et al. 2021
-Table 1 and Zhang et al. 2021 Table 2, each against a reference recipe.
+Table 1 and Zhang et al. 2021 Table 2, each against a reference recipe, per (size, setting): a
+recipe that itself spans several settings (recipes on a grid) gives one row per setting, never a
+pooled one (suite.blocks; the hyperparameters a recipe sets are what is compared).
 
 Per recipe (failed runs scored, as the papers count them; a diverged run has no score): the
 failure rate with its Wilson interval; median, IQR and std with design-bootstrap intervals.
-Against the reference, all across seeds:
-- failure rate: the difference and Fisher's exact test, and the power that test had, at these
-  run counts, to detect a recipe that halves the reference's failure rate (exact, by enumeration);
-- spread: the std difference and the Brown-Forsythe test (Levene's around the medians);
-- location: the Hodges-Lehmann median shift with its 95% interval. Where both recipes ran the
-  same seeds (the sweep's one seed grid), runs are paired by seeds: the one-sample estimator on
-  the paired differences with its exact Wilcoxon signed-rank interval (the seeds' shared effects
-  cancel). Below 6 pairs no exact 95% interval exists, and the unpaired shift is used.
+Against the reference, all across seeds, through the tests of `suite compare` (suite.compare):
+- failure rate: the difference and Fisher's exact test (independent runs; on a crossed grid the
+  seed-unit test), and the power Fisher's test had, at these run counts, to detect a recipe that
+  halves the reference's failure rate (exact, by enumeration);
+- spread: the std difference and Brown-Forsythe's statistic by permutation;
+- location: the median shift with its 95% interval: paired by seeds where both recipes ran the same
+  seeds (the paired Hodges-Lehmann with its exact signed-rank interval from 6 pairs; on a crossed
+  grid the seed-unit mean), else the unpaired Hodges-Lehmann shift (Moses interval, from 4 runs).
+A test that cannot reach p < 0.05 at its run counts says so, with the runs it needs.
 """
 
 from __future__ import annotations
@@ -23,25 +26,40 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from suite.compare import brown_forsythe, hodges_lehmann, scored_values
+from suite import blocks as bk
+from suite.compare import exchangeable, failure_test, hodges_lehmann, paired, scored_values, spread_test
+from suite.decidable import text
 from suite.errors import SuiteError
+from suite.paired import unpaired_units
 from suite.records import outcome, runs
 from suite.uncertainty import intervals
 
 ALPHA = 0.05
-MIN_PAIRS = 6  # the fewest pairs with an exact two-sided 95% signed-rank interval (1/32 < 0.025)
+Record = dict[str, Any]
 
 
-def recipe_of(record: dict[str, Any]) -> str | None:
+def recipe_of(record: Record) -> str | None:
     return (record.get("hparams") or {}).get("recipe")
 
 
-def recipe_groups(records: list[dict[str, Any]]) -> dict[Any, dict[str, list[dict[str, Any]]]]:
-    """size -> recipe -> runs, recipes in the order they first appear (the sweep's order)."""
-    out: dict[Any, dict[str, list[dict[str, Any]]]] = defaultdict(dict)
+def _by_recipe(records: list[Record]) -> dict[str, list[Record]]:
+    out: dict[str, list[Record]] = {}
     for r in runs(records):
         if (name := recipe_of(r)) is not None:
-            out[r["size"]].setdefault(name, []).append(r)
+            out.setdefault(name, []).append(r)
+    return out
+
+
+def recipe_groups(records: list[Record]) -> dict[bk.Block, dict[str, list[Record]]]:
+    """(size, setting) -> recipe -> runs; settings matched on what varies within a recipe, recipes
+    in the order they first appear (the sweep's order), sizes ascending."""
+    by_recipe = _by_recipe(records)
+    keys = bk.varying(list(by_recipe.values()))
+    out: dict[bk.Block, dict[str, list[Record]]] = defaultdict(dict)
+    for block, members in bk.split([r for side in by_recipe.values() for r in side], keys).items():
+        for name in by_recipe:
+            if chosen := [r for r in members if recipe_of(r) == name]:
+                out[block][name] = chosen
     return dict(out)
 
 
@@ -62,58 +80,27 @@ def fisher_power(p1: float, p2: float, n1: int, n2: int, alpha: float = ALPHA) -
     return float((np.outer(b1, b2) * _fisher_rejects(n1, n2, alpha)).sum())
 
 
-def failure_test(reference: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str, Any]:
-    f1, f2 = (sum(outcome(r) == "failed" for r in side) for side in (reference, other))
-    n1, n2 = len(reference), len(other)
-    p = stats.fisher_exact([[f1, n1 - f1], [f2, n2 - f2]]).pvalue
-    halved = fisher_power(f1 / n1, f1 / n1 / 2, n1, n2) if f1 else None
-    return {"diff": f2 / n2 - f1 / n1, "fisher_p": float(p), "power_to_detect_halving": halved}
+def failures(reference: list[Record], other: list[Record]) -> dict[str, Any]:
+    """The failure test of `suite compare`, with the power Fisher's test had to see a halving."""
+    found = failure_test(reference, other)
+    f1, n1 = sum(outcome(r) == "failed" for r in reference), len(reference)
+    exact = found["name"] == "Fisher"
+    found["power_to_detect_halving"] = (
+        fisher_power(f1 / n1, f1 / n1 / 2, n1, len(other)) if f1 and exact else None
+    )
+    return found
 
 
-@cache
-def _signed_rank_cdf(n: int) -> np.ndarray:
-    """P(W+ <= w), w = 0..n(n+1)/2, for n pairs under the null (exact, by counting sign patterns)."""
-    counts = np.zeros(n * (n + 1) // 2 + 1)
-    counts[0] = 1
-    for i in range(1, n + 1):
-        counts[i:] = counts[i:] + counts[: len(counts) - i].copy()
-    return np.cumsum(counts) / 2.0**n
-
-
-def paired_shift(d: np.ndarray) -> dict[str, Any]:
-    """One-sample Hodges-Lehmann shift of paired differences (median of the Walsh averages) with
-    the exact Wilcoxon signed-rank 95% interval (k-th smallest and largest Walsh average)."""
-    n = d.size
-    i, j = np.triu_indices(n)
-    walsh = np.sort((d[i] + d[j]) / 2)
-    cdf = _signed_rank_cdf(n)
-    k = int(np.searchsorted(cdf, ALPHA / 2, side="right"))  # cdf(k - 1) <= alpha/2 < cdf(k)
-    ci = [float(walsh[k - 1]), float(walsh[walsh.size - k])] if k >= 1 else None
-    return {
-        "estimate": float(np.median(walsh)),
-        "ci95": ci,
-        "unit": f"{n} seed-paired runs",
-        "method": "paired Hodges-Lehmann, exact Wilcoxon signed-rank interval",
-    }
-
-
-def _paired_differences(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> np.ndarray | None:
-    """Score differences b - a of runs with the same seeds, when both recipes ran one seed set."""
-
-    def index(side: list[dict[str, Any]]) -> dict[str, float | None]:
-        return {json.dumps(r.get("seeds"), sort_keys=True): r.get("score") for r in side}
-
-    ia, ib = index(a), index(b)
-    if len(ia) != len(a) or len(ib) != len(b) or set(ia) != set(ib):
-        return None
-    d = [ib[k] - ia[k] for k in ia if ia[k] is not None and ib[k] is not None]
-    d = np.array([x for x in d if np.isfinite(x)])
-    return d if d.size >= MIN_PAIRS else None
-
-
-def shift(a: list[dict[str, Any]], b: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
-    d = _paired_differences(a, b)
-    return paired_shift(d) if d is not None else hodges_lehmann(a, b, seed)
+def shift(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, Any]:
+    """Median shift B - A with its 95% interval: paired by seeds where an interval exists that way,
+    else unpaired (Hodges-Lehmann for independent runs, the seed-unit mean difference else)."""
+    pair = paired(a, b, seed)
+    if pair is not None and (pair["shift"]["ci95"] is not None or not exchangeable(a)):
+        return pair["shift"] | {"paired": True}
+    if exchangeable(a) and exchangeable(b):
+        return hodges_lehmann(scored_values(a), scored_values(b)) | {"paired": False}
+    found = unpaired_units(a, b)
+    return {k: found.get(k) for k in ("estimate", "ci95", "unit", "method", "note")} | {"paired": False}
 
 
 def _row(name: str, side: list[dict[str, Any]], seed: int, resamples: int) -> dict[str, Any]:
@@ -129,38 +116,65 @@ def _row(name: str, side: list[dict[str, Any]], seed: int, resamples: int) -> di
 
 
 def recipe_table(
-    records: list[dict[str, Any]], reference: str | None = None, seed: int = 0, resamples: int = 1000
+    records: list[Record],
+    reference: str | None = None,
+    seed: int = 0,
+    resamples: int = 1000,
+    size: str | None = None,
+    setting: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """One table per size: {size, reference, rows: [{recipe, runs, failed, failure_rate, median,
-    iqr, std (each {estimate, ci95, unit, method}), hparams, vs_reference (None on the reference's
-    row): {failure_rate_diff, fisher_p, power_to_detect_halving, std_diff, brown_forsythe_p,
-    median_shift (Hodges-Lehmann {estimate, ci95, unit, method})}}]}."""
+    """One table per (size, setting): {block (label), size, setting, reference, note (no reference
+    runs here) or None, rows: [{recipe, runs, failed, failure_rate, median, iqr, std (each
+    {estimate, ci95, unit, method}), hparams, vs_reference (None on the reference's row and where
+    it has no runs): {failure_rate_diff, failures (a test of `suite compare`, with
+    power_to_detect_halving), std_diff, spread (test), median_shift {estimate, ci95, unit, method,
+    paired, note}}}]}. `size`, `setting`: pick blocks as `suite compare --size/--setting` does."""
     groups = recipe_groups(records)
     if not groups:
         raise SuiteError("the study has no recipes (a sweep with `recipes:`); compare two runs instead")
-    tables = []
-    for size, by_recipe in groups.items():
-        ref = reference or next(iter(by_recipe))
-        if ref not in by_recipe:
-            raise SuiteError(f"--reference {ref!r}: no such recipe (recipes: {', '.join(by_recipe)})")
-        base = by_recipe[ref]
-        rows = []
-        for name, side in by_recipe.items():
-            row = _row(name, side, seed, resamples)
-            row["vs_reference"] = None if name == ref else _versus(base, side, row, seed)
-            rows.append(row)
-        tables.append({"size": size, "reference": ref, "rows": rows})
-    return tables
+    names = list(_by_recipe(records))
+    ref = reference or names[0]
+    if ref not in names:
+        raise SuiteError(f"--reference {ref!r}: no such recipe (recipes: {', '.join(names)})")
+    compared = bk.differing(list(_by_recipe(records).values())) | {"recipe": names}
+    own = {
+        b: {k: v for k, v in next(iter(g.values()))[0]["hparams"].items() if k not in compared}
+        for b, g in groups.items()
+    }
+    return [
+        _table(block, groups[block], ref, seed, resamples)
+        for block in bk.select(list(groups), size, setting, own, compared)
+    ]
 
 
-def _versus(base: list[dict[str, Any]], side: list[dict[str, Any]], row: dict, seed: int) -> dict:
-    xa, xb = scored_values(base), scored_values(side)
-    scored = xa.size >= 2 and xb.size >= 2
-    std_a = float(np.std(xa, ddof=1)) if xa.size >= 2 else None
+def _table(block: bk.Block, by_recipe: dict[str, list[Record]], ref: str, seed: int, resamples: int) -> dict:
+    base = by_recipe.get(ref)
+    rows = []
+    for name, side in by_recipe.items():
+        row = _row(name, side, seed, resamples)
+        row["vs_reference"] = None if name == ref or base is None else _versus(base, side, row, seed)
+        rows.append(row)
     return {
-        **{f"failure_rate_{k}" if k == "diff" else k: v for k, v in failure_test(base, side).items()},
+        "block": bk.label(block),
+        "size": json.loads(block[0]),
+        "setting": json.loads(block[1]),
+        "reference": ref,
+        "note": None if base is not None else f"no {ref} runs here: no tests",
+        "rows": rows,
+    }
+
+
+def _versus(base: list[Record], side: list[Record], row: dict, seed: int) -> dict:
+    xa = scored_values(base)
+    scored = xa.size >= 2 and scored_values(side).size >= 2
+    std_a = float(np.std(xa, ddof=1)) if xa.size >= 2 else None
+    found = failures(base, side)
+    return {
+        "failure_rate_diff": row["failure_rate"]["estimate"]
+        - sum(outcome(r) == "failed" for r in base) / len(base),
+        "failures": found,
         "std_diff": row["std"]["estimate"] - std_a if scored and row["std"]["estimate"] is not None else None,
-        "brown_forsythe_p": brown_forsythe(xa, xb) if scored else None,
+        "spread": spread_test(base, side, seed) if scored else None,
         "median_shift": shift(base, side, seed) if scored else None,
     }
 
@@ -178,41 +192,66 @@ def _with_ci(block: dict[str, Any] | None, percent: bool = False) -> str:
     return f"{_pct(block['estimate'])} [{_pct(ci[0])}, {_pct(ci[1])}]" if ci else _pct(block["estimate"])
 
 
-def _p(p: float | None) -> str:
-    return "n/a" if p is None else f"{p:.2g}"
+class _Notes:
+    """Footnotes: a test's note once per table, marked [k] in the rows it applies to."""
+
+    def __init__(self) -> None:
+        self.notes: dict[str, list[str]] = {}
+
+    def mark(self, test: dict[str, Any] | None, recipe: str) -> str:
+        if test is None:
+            return "n/a"
+        if test.get("decidable"):
+            return text(test, ".2g")
+        note = f"{test['name']}: {test['note']}"
+        self.notes.setdefault(note, []).append(recipe)
+        return f"[{list(self.notes).index(note) + 1}]"
+
+    def lines(self) -> list[str]:
+        return [f"  [{k}] {note} ({', '.join(who)})" for k, (note, who) in enumerate(self.notes.items(), 1)]
+
+
+def _cells(r: dict[str, Any], notes: _Notes) -> str:
+    v = r["vs_reference"]
+    std_diff = "n/a" if v["std_diff"] is None else f"{100 * v['std_diff']:+.1f}"
+    moved = v["median_shift"] or {}
+    where = moved.get("note") and notes.mark({"name": "median shift", "note": moved["note"]}, r["recipe"])
+    interval = (_with_ci(moved) if moved else "n/a") + (" paired" if moved.get("paired") else "")
+    return (
+        f"{v['failure_rate_diff']:+.0%} ({notes.mark(v['failures'], r['recipe'])})  "
+        f"{std_diff} ({notes.mark(v['spread'], r['recipe'])})  {interval}" + (f" {where}" if where else "")
+    )
 
 
 def format_recipe_table(tables: list[dict[str, Any]], metric: str) -> str:
-    """The tables as text: one row per recipe, then its tests against the reference."""
+    """One table per (size, setting): a row per recipe, its tests against the reference (p, or a
+    footnote saying why there is none)."""
     lines = []
     for t in tables:
-        ref, rows = t["reference"], t["rows"]
+        ref, rows, notes = t["reference"], t["rows"], _Notes()
         width = max(len(r["recipe"]) for r in rows)
         lines += [
-            f"recipes at size {t['size']}: {metric} x100, dev; failed runs scored; [95% intervals across "
+            f"recipes at {t['block']}: {metric} x100, dev; failed runs scored; [95% intervals across "
             f"seeds: {rows[0]['median']['unit']}]; reference {ref}",
             f"{'recipe':{width}s} {'n':>3s}  {'failed [Wilson]':20s} {'median':20s} {'IQR':20s} "
-            f"{'std':20s} | vs {ref}: failed diff (Fisher p)  std diff (Brown-Forsythe p)  "
-            "median shift [95%]",
+            f"{'std':20s} | vs {ref}: failed diff (Fisher)  std diff (Brown-Forsythe)  median shift [95%]",
         ]
         for r in rows:
-            v = r["vs_reference"]
             cells = (
                 f"{r['recipe']:{width}s} {r['runs']:3d}  {_with_ci(r['failure_rate'], True):20s} "
                 f"{_with_ci(r['median']):20s} {_with_ci(r['iqr']):20s} {_with_ci(r['std']):20s} | "
             )
-            if v is None:
-                lines.append(cells + "(reference)")
-                continue
-            shift = v["median_shift"] or {}
-            std_diff = "n/a" if v["std_diff"] is None else f"{100 * v['std_diff']:+.1f}"
             lines.append(
-                cells + f"{v['failure_rate_diff']:+.0%} (p={_p(v['fisher_p'])})  "
-                f"{std_diff} (p={_p(v['brown_forsythe_p'])})  "
-                f"{_with_ci(shift) if shift else 'n/a'}"
-                + (" paired" if "paired" in shift.get("method", "") else "")
+                cells + ("(reference)" if r["recipe"] == ref else "n/a")
+                if r["vs_reference"] is None
+                else cells + _cells(r, notes)
             )
-        halving = [r["vs_reference"]["power_to_detect_halving"] for r in rows if r["vs_reference"]]
+        lines += notes.lines()
+        if t["note"]:
+            lines.append(f"  {t['note']}")
+        halving = [
+            r["vs_reference"]["failures"]["power_to_detect_halving"] for r in rows if r["vs_reference"]
+        ]
         halving = [h for h in halving if h is not None]
         if halving:
             lines.append(
@@ -220,8 +259,4 @@ def format_recipe_table(tables: list[dict[str, Any]], metric: str) -> str:
                 f"(p < {ALPHA}): {min(halving):.0%}"
                 + (f" to {max(halving):.0%}" if max(halving) - min(halving) >= 0.005 else "")
             )
-        lines.append(
-            "  median shift: Hodges-Lehmann, paired by seeds where both recipes ran the same seeds "
-            f"(>= {MIN_PAIRS} pairs), else unpaired"
-        )
     return "\n".join(lines)

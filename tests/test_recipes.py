@@ -1,5 +1,5 @@
 """The recipe table on synthetic studies with known effects, its tests checked by brute-force
-simulation, and `suite compare RUN` end to end."""
+simulation, per (size, setting), and `suite compare RUN` end to end."""
 
 import json
 from pathlib import Path
@@ -7,18 +7,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from suite import exact
 from suite.cli import main
+from suite.compare import hodges_lehmann, scored_values
 from suite.errors import SuiteError
-from suite.recipes import failure_test, fisher_power, format_recipe_table, paired_shift, recipe_table, shift
+from suite.paired import METHOD, unit_t
+from suite.recipes import failures, fisher_power, format_recipe_table, recipe_table, shift
+from tests.designs import grid_records
 
 
-def _runs(recipe: str, scores: np.ndarray, failed: np.ndarray, size: int = 100) -> list[dict]:
+def _runs(
+    recipe: str, scores: np.ndarray, failed: np.ndarray, size: int = 100, lr: float = 2e-5
+) -> list[dict]:
     """Runs of one recipe on seeds 0..n-1 (the same seeds for every recipe: paired)."""
     return [
         {
-            "key": f"{recipe}|{i}",
+            "key": f"{recipe}|{lr}|{i}",
             "size": size,
-            "hparams": {"lr": 2e-5, "recipe": recipe},
+            "hparams": {"lr": lr, "recipe": recipe},
             "seeds": {"init": i, "order": i, "subsample": 0},
             "outcome": "failed" if f else "succeeded",
             "failure": "baseline" if f else None,
@@ -53,12 +59,12 @@ def test_a_recipe_that_halves_the_failure_rate_is_detected_at_the_stated_power()
         ref, new = (
             _runs(name, np.full(n, 0.5), rng.random(n) < p) for name, p in (("ref", 0.6), ("new", 0.3))
         )
-        detected += _rejects(failure_test(ref, new)["fisher_p"])
+        detected += _rejects(failures(ref, new)["p"])
     se = np.sqrt(stated * (1 - stated) / sims)
     assert 0.6 < stated < 0.9  # 40 runs a recipe: a halving from 60% is likely, not certain, to show
     assert abs(detected / sims - stated) < 3 * se
     null = sum(
-        _rejects(failure_test(*(_runs(k, np.full(n, 0.5), rng.random(n) < 0.4) for k in "ab"))["fisher_p"])
+        _rejects(failures(*(_runs(k, np.full(n, 0.5), rng.random(n) < 0.4) for k in "ab"))["p"])
         for _ in range(sims)
     )
     assert null / sims <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / sims)  # Fisher is exact: at most its level
@@ -69,7 +75,9 @@ def test_the_table_states_the_power_its_reference_allows() -> None:
     (table,) = recipe_table(study)
     row = table["rows"][1]["vs_reference"]
     ref_rate = table["rows"][0]["failed"] / 20
-    assert row["power_to_detect_halving"] == pytest.approx(fisher_power(ref_rate, ref_rate / 2, 20, 20))
+    assert row["failures"]["power_to_detect_halving"] == pytest.approx(
+        fisher_power(ref_rate, ref_rate / 2, 20, 20)
+    )
     assert row["failure_rate_diff"] == pytest.approx(table["rows"][1]["failed"] / 20 - ref_rate)
 
 
@@ -82,31 +90,30 @@ def test_paired_shift_covers_the_true_shift_and_beats_the_unpaired_interval() ->
         study = _study(rng, 8, {"ref": 0.0, "new": 0.0}, {"new": 0.01})
         ref, new = study[:8], study[8:]
         found = shift(ref, new)
-        assert found["method"].startswith("paired")
+        assert found["paired"] and found["method"].startswith("paired Hodges-Lehmann")
         covered += found["ci95"][0] <= 0.01 <= found["ci95"][1]
         widths["paired"].append(np.diff(found["ci95"])[0])
-        from suite.compare import hodges_lehmann
-
-        widths["unpaired"].append(np.diff(hodges_lehmann(ref, new)["ci95"])[0])
+        widths["unpaired"].append(np.diff(hodges_lehmann(scored_values(ref), scored_values(new))["ci95"])[0])
     assert covered / sims >= 0.95 - 3 * np.sqrt(0.05 * 0.95 / sims)
     assert np.median(widths["paired"]) < 0.5 * np.median(widths["unpaired"])
 
 
 def test_paired_shift_estimate_and_exact_interval_by_hand() -> None:
     d = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])  # 21 Walsh averages; n = 6: k = 1 (P(W+ <= 0) = 1/64)
-    found = paired_shift(d)
-    assert found["estimate"] == 3.5 and found["ci95"] == [1.0, 6.0]
-    assert paired_shift(d[:5])["ci95"] is None  # 5 pairs: the smallest two-sided p is 1/16
+    estimate, ci = exact.walsh_interval(d)
+    assert estimate == 3.5 and list(ci) == [1.0, 6.0]
+    assert exact.walsh_interval(d[:5])[1] is None  # 5 pairs: the smallest two-sided p is 1/16
 
 
 def test_spread_test_detects_a_doubled_std_and_holds_its_level() -> None:
-    from suite.compare import brown_forsythe
-
+    """Brown-Forsythe's statistic by permutation, 1000 studies of 25 runs a side (200 random splits
+    each); Monte-Carlo error at 5%: 0.7 points."""
     rng = np.random.default_rng(3)
-    sims, n = 300, 25
-    power = np.mean([_rejects(brown_forsythe(rng.normal(0, 1, n), rng.normal(0, 2, n))) for _ in range(sims)])
-    level = np.mean([_rejects(brown_forsythe(rng.normal(0, 1, n), rng.normal(0, 1, n))) for _ in range(sims)])
-    assert power > 0.6 and level <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / sims)
+    sims, n = 1000, 25
+    x = rng.normal(0, 1, (sims, n))
+    power = np.mean(exact.permutation_p(x, rng.normal(0, 2, (sims, n)), exact.spread_shift, 200) <= 0.05)
+    level = np.mean(exact.permutation_p(x, rng.normal(0, 1, (sims, n)), exact.spread_shift, 200) <= 0.05)
+    assert power > 0.6 and level <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / sims)
 
 
 def test_table_rows_reference_and_errors() -> None:
@@ -117,9 +124,11 @@ def test_table_rows_reference_and_errors() -> None:
     assert [r["recipe"] for r in table["rows"]] == ["bert-adam", "mosbach", "frozen"]
     assert table["reference"] == "bert-adam" and table["rows"][0]["vs_reference"] is None
     assert all(r["median"]["ci95"] and r["failure_rate"]["ci95"] for r in table["rows"])
+    spread = table["rows"][2]["vs_reference"]["spread"]  # bert-adam fails half its runs, frozen none
+    assert spread["decidable"] and spread["p"] < 0.05
     (other,) = recipe_table(study, reference="mosbach")
     frozen = other["rows"][2]["vs_reference"]
-    assert frozen["median_shift"]["method"].startswith("paired") and frozen["median_shift"]["estimate"] < 0
+    assert frozen["median_shift"]["paired"] and frozen["median_shift"]["estimate"] < 0
     text = format_recipe_table([other], "accuracy")
     assert "reference mosbach" in text and "(reference)" in text and "Fisher" in text
     with pytest.raises(SuiteError, match="--reference 'nope': no such recipe"):
@@ -127,6 +136,52 @@ def test_table_rows_reference_and_errors() -> None:
     plain = [{**r, "hparams": {"lr": 2e-5}} for r in study]
     with pytest.raises(SuiteError, match="no recipes"):
         recipe_table(plain)
+
+
+def test_a_recipe_on_a_grid_gives_one_row_per_setting() -> None:
+    """Recipes run on an lr grid: one table per (size, lr), each row exactly one setting, never the
+    recipe's runs pooled over lr; the recipe's own hyperparameters are what is compared."""
+    rng = np.random.default_rng(6)
+    study = []
+    for lr, base in ((2e-5, 0.6), (5e-5, 0.75)):  # lr moves every recipe by 15 points
+        for recipe, extra in (("bert-adam", {"bias_correction": False}), ("mosbach", {"epochs": 6})):
+            runs = _runs(recipe, base + rng.normal(0, 0.01, 6), np.zeros(6, bool), lr=lr)
+            study += [r | {"hparams": r["hparams"] | extra} for r in runs]
+    tables = recipe_table(study)
+    assert [t["block"] for t in tables] == ["size 100, lr=2e-05", "size 100, lr=5e-05"]
+    for t in tables:
+        for row in t["rows"]:
+            assert row["hparams"]["lr"] == t["setting"]["lr"] and row["iqr"]["estimate"] < 0.05
+    (chosen,) = recipe_table(study, setting={"lr": "5e-5"})
+    assert chosen["setting"] == {"lr": 5e-5}
+    with pytest.raises(SuiteError, match="epochs is what is compared"):
+        recipe_table(study, setting={"epochs": "6"})
+    assert "recipes at size 100, lr=2e-05" in format_recipe_table(tables, "accuracy")
+
+
+def test_recipes_on_a_crossed_grid_are_tested_on_seed_units() -> None:
+    """On a shared init x order grid the paired shift is the seed-unit mean with its t interval (the
+    cell-paired signed-rank interval rejected 20-30% of null studies), and failures use the seed-unit
+    test, with no Fisher power claimed."""
+    rng = np.random.default_rng(7)
+    y = {
+        name: 0.7 + rng.normal(0, 0.02, (1, 3, 1)) + rng.normal(0, 0.02, (1, 3, 3)) for name in ("ref", "new")
+    }
+    study = []
+    for name, grid in y.items():
+        runs = grid_records(grid)
+        runs[0] |= {"score": 0.5, "outcome": "failed"}
+        study += [r | {"hparams": {"lr": 2e-5, "recipe": name}} for r in runs]
+    (table,) = recipe_table(study)
+    versus = table["rows"][1]["vs_reference"]
+    moved = versus["median_shift"]
+    assert moved["paired"] and moved["method"] == METHOD
+    d = y["new"] - y["ref"]
+    d[0, 0, 0] = 0.0  # both recipes' first cell failed at the same baseline
+    assert moved["estimate"] == pytest.approx(float(unit_t(d, 2)[0][0]))
+    assert versus["failures"]["name"].startswith("failures, t on seed units")
+    assert versus["failures"]["power_to_detect_halving"] is None
+    assert versus["spread"]["note"] == "no spread test: the runs share seeds"
 
 
 def test_compare_prints_the_recipe_table_of_one_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -141,9 +196,15 @@ def test_compare_prints_the_recipe_table_of_one_run(tmp_path: Path, capsys: pyte
     assert len(err) == 1 and str(tmp_path) in err[0] and "no such recipe" in err[0]
 
 
-def test_spread_test_needs_three_runs_a_side() -> None:
-    """With 2 runs both deviate equally from their median: Levene's F is infinite at any spread."""
-    from suite.compare import brown_forsythe
-
-    assert brown_forsythe(np.array([0.47, 0.49]), np.array([0.40, 0.55])) is None
-    assert brown_forsythe(np.array([0.47, 0.49, 0.50]), np.array([0.40, 0.55, 0.52])) is not None
+def test_the_table_says_which_tests_cannot_decide_at_three_runs() -> None:
+    """At 3 runs a recipe no test of the table reaches 0.05: each says so once, with the runs it needs."""
+    study = _study(np.random.default_rng(8), 3, {"bert-adam": 0.34, "mosbach": 0.0}, {"mosbach": 0.01})
+    (table,) = recipe_table(study)
+    versus = table["rows"][1]["vs_reference"]
+    assert versus["spread"]["note"] == "cannot decide with 3 runs per arm; needs at least 4"
+    assert (
+        versus["median_shift"]["ci95"] is None
+        and "needs at least 4 per arm" in versus["median_shift"]["note"]
+    )
+    text = format_recipe_table([table], "accuracy")
+    assert "p=" not in text and "Brown-Forsythe (permutation): cannot decide with 3 runs per arm" in text

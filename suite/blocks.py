@@ -1,0 +1,185 @@
+"""The unit of every comparison: one (size, setting) block (DESIGN.md s4: never pool sizes or
+settings), and whether two studies' scores are comparable at all.
+
+Settings are matched on the hyperparameters that vary within a group of runs (a study, or a recipe
+of one study); those constant within every group but different between them are the thing being
+compared (lr 1e-4 vs 3e-5, or a recipe's own epochs), so they are left out of the match.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from suite.errors import SuiteError
+
+Record = dict[str, Any]
+Block = tuple[str, str]  # (size, setting) as JSON, so that they hash and compare by value
+_MISSING = object()
+
+# run.json fields two studies must share (task spec paths), and record fields likewise
+STUDY_FIELDS = (
+    "task.name",
+    "task.metric.main",
+    "task.eval_split",
+    "task.eval_limit",
+    "task.qa.eval_pool",
+    "task.max_length",
+)
+RECORD_FIELDS = ("task", "metric", "eval_split", "eval_set")
+
+
+def _get(info: dict[str, Any], path: str) -> Any:
+    value: Any = info
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def _show(path: str, value: Any) -> str:
+    if value is None:
+        return "full" if path.endswith("eval_limit") else "none"
+    if isinstance(value, dict) and "label" in value:
+        return str(value["label"])
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _refuse(path: str, va: Any, vb: Any) -> SuiteError:
+    return SuiteError(
+        f"compare: the studies differ in {path} ({_show(path, va)} vs {_show(path, vb)}): "
+        "their scores are not comparable"
+    )
+
+
+def check_studies(info_a: dict[str, Any], info_b: dict[str, Any]) -> None:
+    """Refuse two run folders whose scores measure different things: task, metric, evaluation split
+    or set, max_length, or data (content hashes; where a hash is missing, where the data came from)."""
+    for path in STUDY_FIELDS:
+        va, vb = _get(info_a, path), _get(info_b, path)
+        if va is not _MISSING and vb is not _MISSING and va != vb:
+            raise _refuse(path, va, vb)
+    sha_a, sha_b = info_a.get("data_sha256") or {}, info_b.get("data_sha256") or {}
+    for split in sorted(set(sha_a) | set(sha_b)):
+        if sha_a.get(split) and sha_b.get(split) and sha_a[split] != sha_b[split]:
+            raise _refuse(f"data_sha256.{split}", sha_a[split][:12], sha_b[split][:12])
+    hashed = bool(sha_a) and bool(sha_b) and all(sha_a.values()) and all(sha_b.values())
+    origin_a, origin_b = info_a.get("data_origin") or {}, info_b.get("data_origin") or {}
+    for key in sorted(set(origin_a) & set(origin_b)):
+        if key == "folder" and hashed:  # the same files read from two paths are the same data
+            continue
+        if origin_a[key] != origin_b[key]:
+            raise _refuse(f"data_origin.{key}", origin_a[key], origin_b[key])
+
+
+def check_records(a: Sequence[Record], b: Sequence[Record]) -> None:
+    """The same refusal from the runs' own fields (task, metric, evaluation split and set)."""
+    for field in RECORD_FIELDS:
+        va = {json.dumps(r.get(field), sort_keys=True) for r in a}
+        vb = {json.dumps(r.get(field), sort_keys=True) for r in b}
+        if va != vb and not (field != "eval_set" and ("null" in va or "null" in vb)):
+            raise _refuse(field, json.loads(min(va)), json.loads(min(vb)))
+
+
+def _values(group: Sequence[Record], key: str) -> set[str]:
+    return {json.dumps((r.get("hparams") or {}).get(key, "(unset)"), sort_keys=True) for r in group}
+
+
+def _keys(groups: Sequence[Sequence[Record]]) -> list[str]:
+    return sorted({k for g in groups for r in g for k in (r.get("hparams") or {})})
+
+
+def varying(groups: Sequence[Sequence[Record]]) -> list[str]:
+    """Hyperparameters that vary within at least one group: what a block is matched on."""
+    return [k for k in _keys(groups) if any(len(_values(g, k)) > 1 for g in groups)]
+
+
+def differing(groups: Sequence[Sequence[Record]]) -> dict[str, list[Any]]:
+    """Hyperparameters constant within every group but not the same in all: what is compared."""
+    out = {}
+    for k in _keys(groups):
+        per = [_values(g, k) for g in groups if g]
+        if all(len(v) == 1 for v in per) and len(set.union(*per)) > 1:
+            out[k] = [json.loads(next(iter(v))) for v in per]
+    return out
+
+
+def block_of(r: Record, keys: Sequence[str]) -> Block:
+    hparams = r.get("hparams") or {}
+    setting = {k: hparams.get(k, "(unset)") for k in keys}
+    return json.dumps(r.get("size")), json.dumps(setting, sort_keys=True)
+
+
+def _order(block: Block) -> tuple:
+    size = json.loads(block[0])
+    return (0, size, "") if isinstance(size, int | float) else (1, 0, str(size)), block[1]
+
+
+def split(records: Sequence[Record], keys: Sequence[str]) -> dict[Block, list[Record]]:
+    """Runs by (size, setting on `keys`), sizes ascending (full last)."""
+    out: dict[Block, list[Record]] = {}
+    for r in records:
+        out.setdefault(block_of(r, keys), []).append(r)
+    return {b: out[b] for b in sorted(out, key=_order)}
+
+
+def fmt_value(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def label(block: Block) -> str:
+    size, setting = json.loads(block[0]), json.loads(block[1])
+    text = "" if size is None else f"size {size}"
+    hp = " ".join(f"{k}={fmt_value(v)}" for k, v in setting.items())
+    return ", ".join(t for t in (text, hp) if t) or "all runs"
+
+
+def parse_setting(text: str | None) -> dict[str, str] | None:
+    """`--setting lr=2e-5,batch_size=16` -> {"lr": "2e-5", "batch_size": "16"}."""
+    if not text:
+        return None
+    out = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise SuiteError(f"--setting: expected KEY=VALUE[,KEY=VALUE...], got {text!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _same(value: Any, text: str) -> bool:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return math.isclose(float(value), float(text), rel_tol=1e-9)
+        except ValueError:
+            return False
+    return str(value).lower() == text.lower()
+
+
+def select(
+    blocks: Sequence[Block],
+    size: str | None,
+    setting: dict[str, str] | None,
+    hparams: dict[Block, dict[str, Any]],
+    compared: dict[str, list[Any]],
+) -> list[Block]:
+    """The blocks `--size` and `--setting` pick (each block's hparams: its runs' own, less the
+    compared ones); one line naming the choices when none is left."""
+    for key in setting or {}:
+        if key in compared:
+            values = " vs ".join(fmt_value(v) for v in compared[key])
+            raise SuiteError(f"--setting {key}: {key} is what is compared ({values}), not a block")
+    chosen = [
+        b
+        for b in blocks
+        if (size is None or _same(json.loads(b[0]), size))
+        and all(k in hparams[b] and _same(hparams[b][k], v) for k, v in (setting or {}).items())
+    ]
+    if not chosen:
+        shown = ",".join(f"{k}={v}" for k, v in (setting or {}).items())
+        asked = " ".join(f"--{n} {v}" for n, v in (("size", size), ("setting", shown)) if v)
+        raise SuiteError(f"{asked}: no such block (blocks: {'; '.join(label(b) for b in blocks)})")
+    return chosen
