@@ -171,7 +171,8 @@ def compare_command(args: argparse.Namespace) -> None:
         from suite.recipes import format_recipe_table, recipe_table
 
         try:
-            tables = recipe_table(a, args.reference, size=args.size, setting=setting)
+            references = info_a.get("sweep", {}).get("references")
+            tables = recipe_table(a, args.reference, size=args.size, setting=setting, references=references)
         except SuiteError as err:
             raise SuiteError(f"{args.run_a}: {err}") from None
         print(format_recipe_table(tables, metric))

@@ -122,44 +122,53 @@ def recipe_table(
     resamples: int = 1000,
     size: str | None = None,
     setting: dict[str, str] | None = None,
+    references: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """One table per (size, setting): {block (label), size, setting, reference, note (no reference
-    runs here) or None, rows: [{recipe, runs, failed, failure_rate, median, iqr, std (each
-    {estimate, ci95, unit, method}), hparams, vs_reference (None on the reference's row and where
-    it has no runs): {failure_rate_diff, failures (a test of `suite compare`, with
-    power_to_detect_halving), std_diff, spread (test), median_shift {estimate, ci95, unit, method,
-    paired, note}}}]}. `size`, `setting`: pick blocks as `suite compare --size/--setting` does."""
+    """One table per (size, setting): {block (label), size, setting, reference (the default: the
+    first recipe), note, rows: [{recipe, reference (what this row is tested against: `reference`
+    when given, else the recipe's declared one in `references` (the sweep's), else the first
+    recipe), runs, failed, failure_rate, median, iqr, std (each {estimate, ci95, unit, method}),
+    hparams, vs_reference (None on a reference's own row and where its reference has no runs):
+    {failure_rate_diff, failures (a test of `suite compare`, with power_to_detect_halving),
+    std_diff, spread (test), median_shift {estimate, ci95, unit, method, paired, note}}}]}.
+    `size`, `setting`: pick blocks as `suite compare --size/--setting` does."""
     groups = recipe_groups(records)
     if not groups:
         raise SuiteError("the study has no recipes (a sweep with `recipes:`); compare two runs instead")
     names = list(_by_recipe(records))
-    ref = reference or names[0]
-    if ref not in names:
-        raise SuiteError(f"--reference {ref!r}: no such recipe (recipes: {', '.join(names)})")
+    if reference is not None and reference not in names:
+        raise SuiteError(f"--reference {reference!r}: no such recipe (recipes: {', '.join(names)})")
+    declared = {k: v for k, v in (references or {}).items() if v in names}
+    refs = {name: reference or declared.get(name, names[0]) for name in names}
     compared = bk.differing(list(_by_recipe(records).values())) | {"recipe": names}
     own = {
         b: {k: v for k, v in next(iter(g.values()))[0]["hparams"].items() if k not in compared}
         for b, g in groups.items()
     }
     return [
-        _table(block, groups[block], ref, seed, resamples)
+        _table(block, groups[block], refs, seed, resamples)
         for block in bk.select(list(groups), size, setting, own, compared)
     ]
 
 
-def _table(block: bk.Block, by_recipe: dict[str, list[Record]], ref: str, seed: int, resamples: int) -> dict:
-    base = by_recipe.get(ref)
-    rows = []
+def _table(
+    block: bk.Block, by_recipe: dict[str, list[Record]], refs: dict[str, str], seed: int, resamples: int
+) -> dict:
+    rows, missing = [], []
     for name, side in by_recipe.items():
-        row = _row(name, side, seed, resamples)
+        ref = refs[name]
+        base = by_recipe.get(ref)
+        row = {**_row(name, side, seed, resamples), "reference": ref}
         row["vs_reference"] = None if name == ref or base is None else _versus(base, side, row, seed)
+        if base is None and ref not in missing:
+            missing.append(ref)
         rows.append(row)
     return {
         "block": bk.label(block),
         "size": json.loads(block[0]),
         "setting": json.loads(block[1]),
-        "reference": ref,
-        "note": None if base is not None else f"no {ref} runs here: no tests",
+        "reference": next(iter(refs.values())),
+        "note": f"no {', '.join(missing)} runs here: no tests against it" if missing else None,
         "rows": rows,
     }
 
@@ -218,7 +227,7 @@ def _cells(r: dict[str, Any], notes: _Notes) -> str:
     where = moved.get("note") and notes.mark({"name": "median shift", "note": moved["note"]}, r["recipe"])
     interval = (_with_ci(moved) if moved else "n/a") + (" paired" if moved.get("paired") else "")
     return (
-        f"{v['failure_rate_diff']:+.0%} ({notes.mark(v['failures'], r['recipe'])})  "
+        f"vs {r['reference']}: {v['failure_rate_diff']:+.0%} ({notes.mark(v['failures'], r['recipe'])})  "
         f"{std_diff} ({notes.mark(v['spread'], r['recipe'])})  {interval}" + (f" {where}" if where else "")
     )
 
@@ -228,13 +237,14 @@ def format_recipe_table(tables: list[dict[str, Any]], metric: str) -> str:
     footnote saying why there is none)."""
     lines = []
     for t in tables:
-        ref, rows, notes = t["reference"], t["rows"], _Notes()
+        rows, notes = t["rows"], _Notes()
         width = max(len(r["recipe"]) for r in rows)
         lines += [
             f"recipes at {t['block']}: {metric} x100, dev; failed runs scored; [95% intervals across "
-            f"seeds: {rows[0]['median']['unit']}]; reference {ref}",
+            f"seeds: {rows[0]['median']['unit']}]; each row against its reference (default {t['reference']})",
             f"{'recipe':{width}s} {'n':>3s}  {'failed [Wilson]':20s} {'median':20s} {'IQR':20s} "
-            f"{'std':20s} | vs {ref}: failed diff (Fisher)  std diff (Brown-Forsythe)  median shift [95%]",
+            f"{'std':20s} | vs reference: failed diff (Fisher)  std diff (Brown-Forsythe)  "
+            "median shift [95%]",
         ]
         for r in rows:
             cells = (
@@ -242,7 +252,7 @@ def format_recipe_table(tables: list[dict[str, Any]], metric: str) -> str:
                 f"{_with_ci(r['median']):20s} {_with_ci(r['iqr']):20s} {_with_ci(r['std']):20s} | "
             )
             lines.append(
-                cells + ("(reference)" if r["recipe"] == ref else "n/a")
+                cells + ("(reference)" if r["recipe"] == r["reference"] else f"vs {r['reference']}: n/a")
                 if r["vs_reference"] is None
                 else cells + _cells(r, notes)
             )
@@ -255,7 +265,7 @@ def format_recipe_table(tables: list[dict[str, Any]], metric: str) -> str:
         halving = [h for h in halving if h is not None]
         if halving:
             lines.append(
-                f"  power of these Fisher tests to detect a recipe that halves {ref}'s failure rate "
+                f"  power of these Fisher tests to detect a recipe that halves its reference's failure rate "
                 f"(p < {ALPHA}): {min(halving):.0%}"
                 + (f" to {max(halving):.0%}" if max(halving) - min(halving) >= 0.005 else "")
             )

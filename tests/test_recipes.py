@@ -130,7 +130,8 @@ def test_table_rows_reference_and_errors() -> None:
     frozen = other["rows"][2]["vs_reference"]
     assert frozen["median_shift"]["paired"] and frozen["median_shift"]["estimate"] < 0
     text = format_recipe_table([other], "accuracy")
-    assert "reference mosbach" in text and "(reference)" in text and "Fisher" in text
+    assert "default mosbach" in text and "(reference)" in text and "Fisher" in text
+    assert all(r["reference"] == "mosbach" for r in other["rows"]) and "vs mosbach:" in text
     with pytest.raises(SuiteError, match="--reference 'nope': no such recipe"):
         recipe_table(study, reference="nope")
     plain = [{**r, "hparams": {"lr": 2e-5}} for r in study]
@@ -184,13 +185,48 @@ def test_recipes_on_a_crossed_grid_are_tested_on_seed_units() -> None:
     assert versus["spread"]["note"] == "no spread test: the runs share seeds"
 
 
+def test_each_row_is_tested_against_its_declared_reference_else_the_first_recipe(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Like for like: a recipe that declares `reference:` in the sweep (run.json's sweep.references)
+    is tested against it, one without against the sweep's first recipe; the table names each."""
+    rates = {"bert-adam": 0.5, "adamw": 0.3, "mosbach": 0.1, "llrd-0.9": 0.2}
+    study = _study(np.random.default_rng(6), 6, rates, {})
+    references = {"mosbach": "bert-adam", "llrd-0.9": "adamw"}
+    (table,) = recipe_table(study, references=references)
+    used = {r["recipe"]: r["reference"] for r in table["rows"]}
+    assert used == {
+        "bert-adam": "bert-adam",
+        "adamw": "bert-adam",
+        "mosbach": "bert-adam",
+        "llrd-0.9": "adamw",
+    }
+    llrd = next(r for r in table["rows"] if r["recipe"] == "llrd-0.9")["vs_reference"]
+    rate = {
+        name: np.mean([r["outcome"] == "failed" for r in study if r["hparams"]["recipe"] == name])
+        for name in rates
+    }
+    assert llrd["failure_rate_diff"] == pytest.approx(rate["llrd-0.9"] - rate["adamw"])
+    sweep = {"references": references}
+    (tmp_path / "run.json").write_text(json.dumps({"task": {"metric": {"main": "accuracy"}}, "sweep": sweep}))
+    (tmp_path / "trials.jsonl").write_text("".join(json.dumps(r) + "\n" for r in study))
+    assert main(["compare", str(tmp_path)]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if "|" in line}
+    assert (
+        "vs adamw:" in rows["llrd-0.9"]
+        and "vs bert-adam:" in rows["mosbach"]
+        and "vs bert-adam:" in rows["adamw"]
+    )
+    assert rows["bert-adam"].endswith("(reference)")
+
+
 def test_compare_prints_the_recipe_table_of_one_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     study = _study(np.random.default_rng(5), 6, {"bert-adam": 0.5, "llrd-0.9": 0.2}, {})
     (tmp_path / "run.json").write_text(json.dumps({"task": {"metric": {"main": "accuracy"}}}))
     (tmp_path / "trials.jsonl").write_text("".join(json.dumps(r) + "\n" for r in study))
     assert main(["compare", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "recipes at size 100" in out and "llrd-0.9" in out and "reference bert-adam" in out
+    assert "recipes at size 100" in out and "llrd-0.9" in out and "vs bert-adam:" in out
     assert main(["compare", str(tmp_path), "--reference", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(tmp_path) in err[0] and "no such recipe" in err[0]
