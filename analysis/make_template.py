@@ -23,14 +23,16 @@ CELLS = [
         "info, trials = load_run(run)  # one final record per planned trial\n"
         "records = runs(trials)  # errored and pruned trials are not runs\n"
         "labels = setting_labels(trials)\n"
-        "metric = board['entries'][0]['metric']\n\n"
+        "metric = board['entries'][0]['metric']\n"
+        "entries = plots.by_entry(board['entries'], records)  # (label, entry, its runs): each figure's unit\n\n"
         "def ci(block):\n"
         "    lo, hi = block.get('ci95') or (None, None)\n"
         "    return '' if lo is None else f'{100 * lo:.1f} to {100 * hi:.1f}'\n\n"
         "rows = []\n"
         "for e in board['entries']:  # one entry per task x size x setting, sizes in numeric order\n"
         "    s, i = e['summary'], e['summary']['intervals']\n"
-        "    rows.append({'size': e['size'], 'setting': labels.get(setting_key(e['setting']), ''), 'head': e['head'],\n"
+        "    rows.append({'rank': e['rank'], 'size': e['size'], 'setting': labels.get(setting_key(e['setting']), ''), 'head': e['head'],\n"
+        "                 'evaluated on': f\"{e['eval_limit']} examples (subsample)\" if e['eval_limit'] else (e['eval_set'] or 'full split'),\n"
         "                 'runs': s['runs'], 'errored': s['errored'], 'pruned': s['pruned'],\n"
         "                 'median': 100 * i['median']['estimate'] if i['median']['estimate'] is not None else None,\n"
         "                 'median 95% CI': ci(i['median']), 'IQR 95% CI': ci(i['iqr']), 'std 95% CI': ci(i['std']),\n"
@@ -78,37 +80,50 @@ CELLS = [
         "odd = [{'trial': r.get('trial_number'), 'outcome': r.get('outcome'), 'failure': r.get('failure'),\n"
         "        'attempt': r.get('attempt', 1), 'seeds': r['seeds'], 'reason': r.get('reason')}\n"
         "       for r in trials if r.get('outcome') != 'succeeded']\n"
-        "display(pd.DataFrame(odd) if odd else 'every planned trial succeeded')"
+        "display(pd.DataFrame(odd)) if odd else print('every planned trial succeeded')"
     ),
-    new_markdown_cell("## Score distribution per setting"),
-    new_code_cell("plots.show(plots.distribution(records, metric))"),
     new_markdown_cell(
-        "## Expected maximum performance\n\nThe best dev score to expect from n runs: the unbiased "
-        "estimator without replacement (Tang et al. 2020) up to the number of runs, Dodge et al.'s "
-        "with-replacement form beyond; comparable reported values as dashed lines."
+        "## Score distribution\n\nOne panel per training size (sizes are never pooled), the settings "
+        "side by side within it; red dots are failed runs. Every figure below is drawn per size "
+        "and setting (or faceted by size); a section the study's design has nothing for is one line."
+    ),
+    new_code_cell("plots.display(plots.distribution(records, metric))"),
+    new_markdown_cell(
+        "## Expected maximum performance\n\nPer entry (size x setting): the best dev score to expect "
+        "from n runs: the unbiased estimator without replacement (Tang et al. 2020) up to the number "
+        "of runs, Dodge et al.'s with-replacement form beyond; that entry's comparable reported values "
+        "as dashed lines."
     ),
     new_code_cell(
-        "reported = [r for e in board['entries'] for r in e['reported']]\n"
-        "plots.show(plots.expected_max_curve(records, metric, reported))"
+        "plots.display([(label, plots.expected_max_curve(rs, metric, e['reported'], label)) for label, e, rs in entries])"
     ),
-    new_markdown_cell("## Learning rate x batch size"),
-    new_code_cell("plots.show(plots.lr_batch_heatmaps(records))"),
-    new_markdown_cell("## Init seed x data-order seed"),
-    new_code_cell("plots.show(plots.init_order_heatmap(records))"),
+    new_markdown_cell(
+        "## Learning rate x batch size\n\nOne grid per size (and per value of any other varying hyperparameter)."
+    ),
+    new_code_cell("plots.display(plots.lr_batch_heatmaps(records))"),
+    new_markdown_cell("## Init seed x data-order seed\n\nPer entry, on a crossed seed design."),
+    new_code_cell(
+        "plots.display([(label, plots.init_order_heatmap(rs, label)) for label, e, rs in entries])"
+    ),
     new_markdown_cell(
         "## Variance components per setting\n\nRandom-effects components (init, order, subsample, "
         "interaction + residual) with design-bootstrap 95% intervals; a component this seed design "
         "cannot identify is named under the axis."
     ),
     new_code_cell(
-        "for e in board['entries']:\n"
-        "    print(f\"size {e['size']}, {labels.get(setting_key(e['setting']), '')}\")\n"
-        "    plots.show(plots.variance_components_bar(e['summary']['variance_components']))"
+        "plots.display([(label, plots.variance_components_bar(e['summary']['variance_components'], label))\n"
+        "               for label, e, rs in entries])"
     ),
-    new_markdown_cell("## Hyperparameter importance (fANOVA, scaled to the variance settings explain)"),
-    new_code_cell("plots.show(plots.importance_bar(board['entries'][0]['importance']))"),
-    new_markdown_cell("## Loss curves"),
-    new_code_cell("plots.show(plots.loss_curves(records))"),
+    new_markdown_cell(
+        "## Hyperparameter importance per size\n\nfANOVA across one size's settings, scaled to the "
+        "share of variance the settings explain."
+    ),
+    new_code_cell(
+        "importance = {f\"size {e['size']}\": e['importance'] for e in board['entries']}  # one per size, on each of its entries\n"
+        "plots.display([(size, plots.importance_bar(result, size)) for size, result in importance.items()])"
+    ),
+    new_markdown_cell("## Loss curves per size"),
+    new_code_cell("plots.display(plots.loss_curves(records))"),
     new_markdown_cell(
         "## Reported vs observed\n\n**How to read a comparison.** A published number is compared "
         "only when it is *comparable*: same checkpoint, training size (none stated = the full "
@@ -117,21 +132,24 @@ CELLS = [
         "drawn from ours (its percentile and a two-sided p); a reported max of k against our "
         "expected max of k; a single run against our distribution of one run. Unknown k is said, "
         "not assumed. It is never compared with the interval of our own N-run median, which "
-        "shrinks with N until agreement is impossible. Everything else is context, listed with "
-        "the reasons it is not comparable."
+        "shrinks with N until agreement is impossible. An entry scored on a seeded `eval_limit` "
+        "subsample of the official dev set stays comparable, and its test adds the subsample's "
+        "sampling error (`eval sd`, x100). Everything else is context, listed with the reasons it "
+        "is not comparable."
     ),
     new_code_cell(
         "comparable = [{'size': e['size'], 'setting': labels.get(setting_key(e['setting']), ''), 'model (paper)': r['model'],\n"
         "               'reported': r['value'], 'statistic': r['statistic'], 'k': r['gap'].get('k'),\n"
         "               'ours': r['gap'].get('our_value'), 'percentile': r['gap'].get('percentile'),\n"
         "               'p (two-sided)': r['gap'].get('p_two_sided'), 'against': r['gap'].get('reference'),\n"
-        "               'note': r['gap'].get('note'), 'source': r['source']}\n"
+        "               'eval sd': e['eval_sd'], 'note': '; '.join(filter(None, [r['gap'].get('note'), *r['notes']])),\n"
+        "               'source': r['source']}\n"
         "              for e in board['entries'] for r in e['reported'] if r['comparable']]\n"
-        "display(pd.DataFrame(comparable).round(2) if comparable else 'no comparable reported number')\n"
+        "display(pd.DataFrame(comparable).round(2)) if comparable else print('no comparable reported number')\n"
         "context = {(r['model'], r['value'], r['statistic'], r['source']): '; '.join(r['reasons'])\n"
         "           for e in board['entries'] for r in e['reported'] if not r['comparable']}\n"
         "display(pd.DataFrame([{'model (paper)': m, 'reported': v, 'statistic': st, 'source': src, 'not comparable because': why}\n"
-        "                      for (m, v, st, src), why in context.items()]) if context else 'no context numbers')"
+        "                      for (m, v, st, src), why in context.items()])) if context else print('no context numbers')"
     ),
 ]
 

@@ -1,7 +1,9 @@
 """Leaderboard JSON: studies merged into ranked entries, validated against a versioned schema.
 
-Ranking rule (within one task, eval split, metric and size): higher median first (lower when
-the metric is lower-is-better), then lower failure rate, then lower IQR.
+Ranking rule (within one rank group: task, eval split, metric, size, evaluation set and its
+subsample, max_length and data content): higher median first (lower when the metric is
+lower-is-better), then lower failure rate, then lower IQR. Entries that differ in any of those
+are not ranked against each other; each entry stores its group (`rank_group`).
 """
 
 from __future__ import annotations
@@ -16,16 +18,24 @@ from typing import Any
 import jsonschema
 
 from suite import __version__
-from suite.comparability import reasons_not_comparable
+from suite.comparability import (
+    RANK_FIELDS,
+    data_digest,
+    rank_group_key,
+    reasons_not_comparable,
+    subsample_note,
+    subsample_sd,
+)
 from suite.errors import SuiteError
 from suite.examples import example_summary
 from suite.provenance import git_commit
 from suite.records import load_run, runs, setting_key
 from suite.statistics import gap_to_reported, hyperparameter_importance, summarize
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 RANKING_RULE = (
-    "one entry per (task, model, size, setting); within (task, eval_split, metric, size): "
+    "one entry per (task, model, size, setting); ranked only within a rank group (task, eval_split, "
+    "metric, size, evaluation set, eval_limit subsample, max_length, data content digest): "
     "median score (direction-aware), then failure rate "
     "(lower first), then IQR (lower first); failed runs count with the score they reached "
     "(a diverged run has none); errored and pruned trials are not runs and are counted apart"
@@ -72,6 +82,22 @@ def read_leaderboard(path: str | Path) -> dict[str, Any]:
     return document
 
 
+def _evaluation(info: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the entry was scored on: the QA pool label (None: the task's own split), the
+    `eval_limit` subsample (None when the limit covers the whole set) and the examples scored."""
+    task = info["task"]
+    scored = [len(next(iter(r["per_example"].values()))) for r in records if r.get("per_example")]
+    examples = scored[0] if scored else next((r["n_dev"] for r in records if r.get("n_dev")), None)
+    limit = task.get("eval_limit")
+    if limit and examples is not None and examples < limit:  # fewer examples than the limit: all of them
+        limit = None
+    return {
+        "eval_set": next((r["eval_set"]["label"] for r in records if r.get("eval_set")), None),
+        "eval_limit": limit,
+        "eval_examples": examples,
+    }
+
+
 def _entry(
     info: dict[str, Any], size: Any, records: list[dict[str, Any]], importance: dict[str, Any]
 ) -> dict[str, Any]:
@@ -82,25 +108,28 @@ def _entry(
     task = info["task"]
     scored = runs(records)
     metric = task["metric"]["main"]
+    examples = example_summary(scored, metric, len(task.get("labels") or []) or 2)
     terms = {
         "model": info["model"],
         "hub_id": (info.get("fingerprint") or {}).get("model.hub_id"),
         "size": size,
         "metric": metric,
         "eval_split": task.get("eval_split", "validation"),
-        "eval_set": next((r["eval_set"]["label"] for r in records if r.get("eval_set")), None),
         "head": _head_kind(records, task),
+        "max_length": task.get("max_length"),
+        **_evaluation(info, records),
     }
-    reported = []
-    for rep in task.get("reported", []):
-        reasons = reasons_not_comparable(rep, terms)
-        item = {**rep, "comparable": not reasons, "reasons": reasons}
-        if not reasons:
-            item["gap"] = gap_to_reported(scored, rep["value"], rep["statistic"], n_runs=rep.get("n_runs"))
-        reported.append(item)
-    num_labels = len(task.get("labels") or []) or 2
+    # The subsample's own sampling error: a shared offset of all our runs from the full set's score.
+    subsampled = terms["eval_limit"] and not terms["eval_set"]
+    terms["eval_sd"] = subsample_sd(examples["dev_se_median"], terms["eval_examples"]) if subsampled else None
+    data = data_digest(info.get("data_sha256") or {}, info.get("data_origin"))
     return {
         "rank": 1,
+        "rank_group": {
+            "task": task["name"],
+            "data": data,
+            **{k: terms[k] for k in RANK_FIELDS if k in terms},
+        },
         "task": task["name"],
         "task_hash": info["task_hash"],
         "model": info["model"],
@@ -108,13 +137,13 @@ def _entry(
         "size": size,
         "setting": records[0]["hparams"],
         "head": terms["head"],
-        "eval_set": terms["eval_set"],
+        **{k: terms[k] for k in ("eval_set", "eval_limit", "eval_examples", "eval_sd", "max_length")},
         "sweep": info["sweep"]["name"],
         "profile": info.get("profile"),
         "pruner": info["sweep"].get("pruner", {}).get("type", "none"),
         "metric": metric,
         "higher_is_better": task["metric"]["higher_is_better"],
-        "eval_split": task.get("eval_split", "validation"),
+        "eval_split": terms["eval_split"],
         "baseline": {
             "value": records[0].get("baseline"),
             "rule": "best constant prediction on the evaluation set",
@@ -122,13 +151,29 @@ def _entry(
         "date": info["date"],
         "git_commit": info.get("git_commit"),
         "versions": info.get("versions", {}),
+        "data_origin": info.get("data_origin"),
         "data_sha256": info.get("data_sha256", {}),
         "summary": summarize(records),
-        "examples": example_summary(scored, metric, num_labels),
+        "examples": examples,
         "importance": importance,
-        "reported": reported,
+        "reported": [_reported(rep, terms, scored) for rep in task.get("reported", [])],
         "runs": [{k: r[k] for k in RUN_FIELDS if k in r} for r in records],
     }
+
+
+def _reported(rep: dict[str, Any], terms: dict[str, Any], scored: list[dict[str, Any]]) -> dict[str, Any]:
+    """A reported number with `comparable` and its `reasons`; a comparable one gets its `gap`
+    (with the subsample's sampling error when ours is an eval_limit subsample) and `notes`."""
+    reasons = reasons_not_comparable(rep, terms)
+    item = {**rep, "comparable": not reasons, "reasons": reasons}
+    if not reasons:
+        eval_sd = terms["eval_sd"] or 0.0  # 0: scored on the whole split, as the reported number
+        item["gap"] = gap_to_reported(
+            scored, rep["value"], rep["statistic"], n_runs=rep.get("n_runs"), eval_sd=eval_sd
+        )
+        note = subsample_note(terms)
+        item["notes"] = [note] if note else []
+    return item
 
 
 def _head_kind(records: list[dict[str, Any]], task: dict[str, Any]) -> str:
@@ -153,7 +198,7 @@ def build(studies: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]]) -> dic
             for r in at_size:
                 by_setting[setting_key(r["hparams"])].append(r)
             entries.extend(_entry(info, size, rs, importance) for rs in by_setting.values())
-    _rank(entries)
+    rank(entries)
     import torch
     import transformers
 
@@ -169,23 +214,25 @@ def build(studies: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]]) -> dic
     }
 
 
-def _rank(entries: list[dict[str, Any]]) -> None:
-    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+def _rank_key(e: dict[str, Any]) -> tuple:
+    s = e["summary"]
+    median = s["all"].get("median", float("-inf") if e["higher_is_better"] else float("inf"))
+    return (-median if e["higher_is_better"] else median, s["failure_rate"], s["all"].get("iqr", 0.0))
+
+
+def rank(entries: list[dict[str, Any]]) -> None:
+    """Rank entries within their rank groups (in place: one rank 1 per group), then order them
+    by task, size, group and rank."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for e in entries:
-        groups[(e["task"], e["eval_split"], e["metric"], str(e["size"]))].append(e)
+        groups[rank_group_key(e["rank_group"])].append(e)
     for group in groups.values():
-
-        def key(e: dict[str, Any]) -> tuple:
-            s = e["summary"]
-            median = s["all"].get("median", float("-inf") if e["higher_is_better"] else float("inf"))
-            return (-median if e["higher_is_better"] else median, s["failure_rate"], s["all"].get("iqr", 0.0))
-
-        for rank, e in enumerate(sorted(group, key=key), start=1):
-            e["rank"] = rank
-    entries.sort(key=lambda e: (e["task"], _size_order(e["size"]), e["rank"]))
+        for position, e in enumerate(sorted(group, key=_rank_key), start=1):
+            e["rank"] = position
+    entries.sort(key=lambda e: (e["task"], size_order(e["size"]), rank_group_key(e["rank_group"]), e["rank"]))
 
 
-def _size_order(size: Any) -> tuple[int, int]:
+def size_order(size: Any) -> tuple[int, int]:
     """Sizes in numeric order, `full` last."""
     return (1, 0) if size == "full" else (0, int(size))
 

@@ -1,12 +1,16 @@
 """Seaborn figures of a study, for the variance report notebook and `suite compare`.
 
-Each function takes records (trials.jsonl rows) and returns a matplotlib Figure; when the
-study lacks what a figure needs (one setting only, no crossed grid) the figure says so
-instead of silently disappearing.
+The unit of every figure is one (size, setting) or a figure faceted by size (DESIGN.md s4):
+no figure pools sizes, and settings are pooled only where the figure shows them side by side.
+A figure function returns a Figure, or a one-line reason (a str) when the study's design has
+nothing for it to show (one setting, no crossed grid); `display` shows figures and prints each
+reason once, so a section that does not apply is one line of text, not an empty figure.
 """
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,21 +20,39 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.text import Text
 
+from suite.leaderboard import size_order
 from suite.records import runs, setting_key, setting_labels
 from suite.statistics import expected_max
 
 sns.set_theme(style="whitegrid", context="notebook")
 
+Result = plt.Figure | str  # a figure, or why there is none
+Records = Sequence[dict[str, Any]]
+
 
 def show(fig: plt.Figure) -> None:
     """Display a figure once in a notebook (and free it)."""
-    from IPython.display import display
+    from IPython.display import display as ipython_display
 
-    display(fig)
+    ipython_display(fig)
     plt.close(fig)
 
 
-def frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def display(results: Result | Sequence[tuple[str, Result]]) -> None:
+    """Show each figure; print each reason once, naming the entries it applies to unless it
+    applies to all of them."""
+    items = [("", results)] if isinstance(results, plt.Figure | str) else list(results)
+    reasons: dict[str, list[str]] = defaultdict(list)
+    for label, result in items:
+        if isinstance(result, str):
+            reasons[result].append(label)
+        else:
+            show(result)
+    for reason, labels in reasons.items():
+        print(reason if len(labels) == len(items) else f"{', '.join(labels)}: {reason}")
+
+
+def frame(records: Records) -> pd.DataFrame:
     """One row per run (errored and pruned trials are not runs): score x100, failed flag, seeds,
     hyperparameters, and a label of the full setting (every hyperparameter that varies)."""
     records = runs(records)
@@ -53,58 +75,83 @@ def frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _note(ax: plt.Axes, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=11, wrap=True)
-    ax.set_axis_off()
+def sizes(records: Records) -> list[Any]:
+    """The sizes of the records, in numeric order (`full` last)."""
+    return sorted({r["size"] for r in records}, key=size_order)
 
 
-def distribution(records: Sequence[dict[str, Any]], metric: str) -> plt.Figure:
+def entry_label(entry: dict[str, Any], labels: dict[str, str]) -> str:
+    """`size 500, lr=2e-05`: a leaderboard entry as the report names it (labels from
+    `records.setting_labels`)."""
+    return f"size {entry['size']}, {labels.get(setting_key(entry['setting']), '')}".rstrip(", ")
+
+
+def by_entry(entries: Sequence[dict[str, Any]], records: Records) -> list[tuple[str, dict[str, Any], list]]:
+    """(label, entry, the entry's runs) per leaderboard entry: each figure's unit."""
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in runs(records):
+        grouped[(str(r["size"]), setting_key(r["hparams"]))].append(r)
+    labels = setting_labels(records)
+    return [
+        (entry_label(e, labels), e, grouped[(str(e["size"]), setting_key(e["setting"]))]) for e in entries
+    ]
+
+
+def _one_entry(records: Records) -> None:
+    """Figures of one (size, setting) refuse records that pool several."""
+    units = {(str(r["size"]), setting_key(r["hparams"])) for r in records}
+    if len(units) > 1:
+        raise ValueError(f"records span {len(units)} (size, setting) pairs: pass one entry's records")
+
+
+def _facets(n: int, width: float = 5.0, height: float = 4.0) -> tuple[plt.Figure, list[plt.Axes]]:
+    fig, axes = plt.subplots(1, n, figsize=(width * n, height), squeeze=False)
+    return fig, list(axes[0])
+
+
+def distribution(records: Records, metric: str) -> Result:
+    """Score per run, one facet per size, the settings side by side within it (red: failed)."""
     df = frame(records).dropna(subset=["score"])
-    fig, ax = plt.subplots(figsize=(8, 4))
     if df.empty:
-        _note(ax, "no scored runs")
-        return fig
-    x = "setting" if df["setting"].nunique() > 1 else "size"
-    sns.boxplot(df, x=x, y="score", color="0.9", showfliers=False, ax=ax)
-    sns.stripplot(
-        df,
-        x=x,
-        y="score",
-        hue="failed",
-        palette={False: "tab:blue", True: "tab:red"},
-        dodge=False,
-        jitter=0.2,
-        size=6,
-        ax=ax,
-    )
-    baselines = {r.get("baseline") for r in records if r.get("baseline") is not None}
-    if len(baselines) == 1 and next(iter(baselines)) > 0:
-        ax.axhline(100 * next(iter(baselines)), ls=":", color="tab:red", label="trivial baseline")
-        ax.legend(title="failed / baseline", loc="best")
-    ax.set(ylabel=f"dev {metric} (x100)", title="Score per run (red: failed)")
-    ax.tick_params(axis="x", rotation=30)
+        return "no scored runs: no score distribution"
+    order = [str(s) for s in sizes(runs(records)) if str(s) in set(df["size"])]
+    fig, axes = _facets(len(order), width=max(5.0, 1.2 * df["setting"].nunique() + 2))
+    for ax, size in zip(axes, order, strict=True):
+        at = df[df["size"] == size]
+        sns.boxplot(at, x="setting", y="score", color="0.9", showfliers=False, ax=ax)
+        palette = {False: "tab:blue", True: "tab:red"}
+        sns.stripplot(at, x="setting", y="score", hue="failed", palette=palette, jitter=0.2, size=6, ax=ax)
+        baselines = {r.get("baseline") for r in records if str(r["size"]) == size and r.get("baseline")}
+        if len(baselines) == 1 and next(iter(baselines)) > 0:
+            ax.axhline(100 * next(iter(baselines)), ls=":", color="tab:red", label="trivial baseline")
+        ax.set(ylabel=f"dev {metric} (x100)", title=f"size {size}", xlabel="")
+        ax.tick_params(axis="x", rotation=30)
+        if ax is axes[-1]:  # one legend, outside the data
+            ax.legend(title="failed / baseline", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+        else:
+            ax.get_legend().remove()
+    fig.suptitle("Score per run (red: failed)")
     fig.tight_layout()
     return fig
 
 
-def expected_max_curve(
-    records: Sequence[dict[str, Any]], metric: str, reported: Sequence[dict[str, Any]] = ()
-) -> plt.Figure:
-    """Expected max of n runs with its band; each comparable reported value is a dashed line
-    labelled at the right margin, labels spread apart so that none overlaps another."""
+def expected_max_curve(records: Records, metric: str, reported: Records = (), title: str = "") -> Result:
+    """Expected max of n runs of ONE entry with its band; each comparable reported value is a
+    dashed line labelled at the right margin, labels spread apart so that none overlaps another."""
+    _one_entry(records)
     curve = expected_max([r.get("score") for r in runs(records)])
+    if not curve:
+        return "no scored runs: no expected maximum"
     shown = [r for r in reported if r.get("comparable")]  # context numbers: not drawn
     fig, ax = plt.subplots(figsize=(9, max(4.0, 1.5 + 0.28 * len(shown))))
-    if not curve:
-        _note(ax, "no scored runs")
-        return fig
     n = np.array([p["n"] for p in curve])
     mean = 100 * np.array([p["mean"] for p in curve])
     std = 100 * np.array([p["std"] for p in curve])
     ax.plot(n, mean, marker="o", label="expected max of n runs")
     ax.fill_between(n, mean - std, mean + std, alpha=0.25, label="+- 1 std")
     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
-    ax.set(xlabel="n (runs / trials)", ylabel=f"dev {metric} (x100)", title="Expected maximum performance")
+    heading = "Expected maximum performance" + (f": {title}" if title else "")
+    ax.set(xlabel="n (runs / trials)", ylabel=f"dev {metric} (x100)", title=heading)
     ax.legend(loc="lower right")
     fig.subplots_adjust(left=0.09, right=0.6, bottom=0.13, top=0.9)  # the right margin holds the labels
     _reported_lines(fig, ax, shown)
@@ -114,7 +161,7 @@ def expected_max_curve(
 LABEL_X = 1.1  # labels start here (axes fraction); connectors fill the gap, never crossing a label
 
 
-def _reported_lines(fig: plt.Figure, ax: plt.Axes, reported: Sequence[dict[str, Any]]) -> None:
+def _reported_lines(fig: plt.Figure, ax: plt.Axes, reported: Records) -> None:
     if not reported:
         return
     colours = plt.cm.tab10(np.linspace(0, 1, 10))
@@ -160,19 +207,36 @@ def spread(positions: Sequence[float], gap: float) -> list[float]:
     return [y + shift for y in moved]
 
 
-def lr_batch_heatmaps(records: Sequence[dict[str, Any]]) -> plt.Figure:
-    df = frame(records).dropna(subset=["score"])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    if df.empty or df["lr"].nunique() < 2 and df["batch_size"].nunique() < 2:
-        for ax in axes:
-            _note(ax, "one learning rate and batch size:\nno lr x batch grid in this study")
-        return fig
-    for ax, (name, fn) in zip(axes, (("median", np.median), ("IQR", _iqr)), strict=True):
-        table = df.pivot_table(index="lr", columns="batch_size", values="score", aggfunc=fn)
-        sns.heatmap(table, annot=True, fmt=".1f", cmap="viridis", ax=ax)
-        ax.set(title=f"{name} score by lr x batch size")
-    fig.tight_layout()
-    return fig
+def grid_groups(records: Records) -> dict[str, list[dict[str, Any]]]:
+    """Runs by (size, every varying hyperparameter but lr and batch size): the cells of one
+    group differ in lr and batch size only, so one heatmap never pools sizes or epochs."""
+    scored = runs(records)
+    keys = sorted({k for r in scored for k in r["hparams"]} - {"lr", "batch_size"})
+    varying = [k for k in keys if len({json.dumps(r["hparams"].get(k)) for r in scored}) > 1]
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in sorted(scored, key=lambda r: size_order(r["size"])):
+        rest = " ".join(f"{k}={r['hparams'].get(k)}" for k in varying)
+        groups[f"size {r['size']}" + (f", {rest}" if rest else "")].append(r)
+    return dict(groups)
+
+
+def lr_batch_heatmaps(records: Records) -> list[tuple[str, Result]] | str:
+    """Median and IQR of the score per lr x batch size cell (across seeds), one figure per
+    `grid_groups` group that has a grid; a reason when no group has one."""
+    out: list[tuple[str, Result]] = []
+    for label, group in grid_groups(records).items():
+        df = frame(group).dropna(subset=["score"])
+        if df["lr"].nunique() < 2 and df["batch_size"].nunique() < 2:
+            continue
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for ax, (name, fn) in zip(axes, (("median", np.median), ("IQR", _iqr)), strict=True):
+            table = df.pivot_table(index="lr", columns="batch_size", values="score", aggfunc=fn)
+            sns.heatmap(table, annot=True, fmt=".1f", cmap="viridis", ax=ax)
+            ax.set(title=f"{name} score by lr x batch size")
+        fig.suptitle(label)
+        fig.tight_layout()
+        out.append((label, fig))
+    return out or "one learning rate and batch size per size (and epochs): no lr x batch grid in this study"
 
 
 def _iqr(x: pd.Series) -> float:
@@ -180,90 +244,116 @@ def _iqr(x: pd.Series) -> float:
     return float(q3 - q1)
 
 
-def init_order_heatmap(records: Sequence[dict[str, Any]]) -> plt.Figure:
+def init_order_heatmap(records: Records, title: str = "") -> Result:
+    """Mean score per init seed x order seed cell of ONE entry (a crossed seed design only)."""
+    _one_entry(records)
     df = frame(records).dropna(subset=["score"])
-    fig, ax = plt.subplots(figsize=(6, 5))
+    if df.empty:
+        return "no scored runs: no init x order grid"
     inits, orders = df["init_seed"].nunique(), df["order_seed"].nunique()
     cells = len(df.drop_duplicates(["init_seed", "order_seed"]))
-    if df.empty or inits < 2 or orders < 2 or cells != inits * orders:
-        _note(ax, "seeds drawn independently:\nno init x order grid (use a crossed seed design)")
-        return fig
+    if inits < 2 or orders < 2 or cells != inits * orders:
+        return "seeds drawn independently: no init x order grid (a crossed seed design draws one)"
     table = df.pivot_table(index="init_seed", columns="order_seed", values="score", aggfunc="mean")
+    fig, ax = plt.subplots(figsize=(6, 5))
     sns.heatmap(table, annot=table.shape[0] <= 8, fmt=".1f", cmap="viridis", ax=ax)
-    ax.set(title="Score by init seed x order seed")
+    ax.set(title="Score by init seed x order seed" + (f"\n{title}" if title else ""))
     fig.tight_layout()
     return fig
 
 
-def variance_components_bar(result: dict[str, Any] | None) -> plt.Figure:
-    """Shares of the score variance per seed component, with their 95% intervals (across seeds);
-    a component the design cannot identify is named as such."""
-    fig, ax = plt.subplots(figsize=(7, 3))
+def variance_components_bar(result: dict[str, Any] | None, title: str = "") -> Result:
+    """Shares of ONE entry's score variance per seed component, with their 95% intervals (across
+    seeds); a component the design cannot identify is named as such. With one identifiable
+    component there is nothing to split: a reason, not a chart."""
     components = (result or {}).get("components") or {}
     parts = {k: c for k, c in components.items() if c.get("identifiable") and c.get("share") is not None}
     if not parts:
-        _note(ax, "no variance components: several seeds with different scores are needed")
-        return fig
+        return "no variance components: several seeds with different scores are needed"
+    if len(parts) == 1:
+        return f"one identifiable variance component ('{next(iter(parts))}' = 100%): nothing to split"
     names = list(parts)
     shares = np.array([parts[k]["share"] for k in names])
-    bounds = [parts[k].get("share_ci95") or [None, None] for k in names]
-    low = np.array([v if b[0] is None else b[0] for b, v in zip(bounds, shares, strict=True)])
-    high = np.array([v if b[1] is None else b[1] for b, v in zip(bounds, shares, strict=True)])
-    ax.bar(names, shares, color="tab:blue", yerr=[shares - low, high - shares], capsize=4)
-    missing = [k for k, c in components.items() if not c.get("identifiable")]
-    title = "Where the variance comes from (95% intervals across seeds)"
-    ax.set(ylim=(0, 1), ylabel="share of variance", title=title)
-    if missing:
-        ax.set_xlabel(f"not identifiable in this design: {', '.join(missing)}")
+    # A share interval the design cannot narrow (e.g. [0, 1] on a 3 x 3 grid) is not drawn as if
+    # it were information: its bar is hatched, without an error bar, and the caption says why.
+    loose = [k for k in names if parts[k].get("share_informative") is False]
+    bounds = [None if k in loose else parts[k].get("share_ci95") for k in names]
+    low = np.array([v if b is None else b[0] for b, v in zip(bounds, shares, strict=True)])
+    high = np.array([v if b is None else b[1] for b, v in zip(bounds, shares, strict=True)])
+    fig, ax = plt.subplots(figsize=(7, 3.3))
+    bars = ax.bar(names, shares, color="tab:blue", yerr=[shares - low, high - shares], capsize=4)
+    for bar, name in zip(bars, names, strict=True):
+        if name in loose:
+            bar.set(hatch="//", alpha=0.45)
+    heading = "Where the variance comes from (95% intervals across seeds)" + (f"\n{title}" if title else "")
+    ax.set(ylim=(0, 1), ylabel="share of variance", title=heading)
+    ax.set_xlabel(_share_caption(components, loose), fontsize=9)
     fig.tight_layout()
     return fig
 
 
-def importance_bar(importance: dict[str, Any]) -> plt.Figure:
-    """fANOVA importances scaled to the share of variance the settings explain; the rest is
-    the seeds' and noise's."""
-    fig, ax = plt.subplots(figsize=(6, 3))
+def _share_caption(components: dict[str, Any], loose: list[str]) -> str:
+    lines = []
+    missing = [k for k, c in components.items() if not c.get("identifiable")]
+    if missing:
+        lines.append(f"not identifiable in this design: {', '.join(missing)}")
+    if loose:
+        need = [components[k].get("seeds_per_axis_needed") for k in loose]
+        need = [n for n in need if n is not None]
+        more = f" (about {max(need)} seeds per axis would bound them)" if need else ""
+        lines.append(f"hatched: share not bounded by these seeds{more}")
+    return "\n".join(lines)
+
+
+def importance_bar(importance: dict[str, Any] | None, title: str = "") -> Result:
+    """fANOVA importances across ONE size's settings, scaled to the share of variance the
+    settings explain; the rest is the seeds' and noise's."""
     parts = dict((importance or {}).get("importances") or {})
     if not parts:
-        _note(ax, "one hyperparameter setting: no importance to estimate")
-        return fig
-    parts["seeds and noise"] = importance.get("unexplained (seeds, noise)", 0.0)
+        return "one hyperparameter setting (or no score variance): no importance to estimate"
+    parts["seeds and noise"] = importance.get("unexplained (seeds, noise)") or 0.0
+    fig, ax = plt.subplots(figsize=(6, 3))
     sns.barplot(x=list(parts.values()), y=list(parts), ax=ax, color="tab:green", orient="h")
-    ax.set(xlabel="share of score variance", title="Hyperparameter importance (fANOVA, scaled)")
+    heading = "Hyperparameter importance (fANOVA, scaled)" + (f": {title}" if title else "")
+    ax.set(xlabel="share of score variance", title=heading)
     fig.tight_layout()
     return fig
 
 
-def loss_curves(records: Sequence[dict[str, Any]]) -> plt.Figure:
-    fig, ax = plt.subplots(figsize=(8, 4))
-    drawn = False
-    for r in runs(records):
-        curve = r.get("loss_curve") or []
-        if curve:
+def loss_curves(records: Records) -> Result:
+    """Training loss per run, one facet per size: failed (red) vs successful (blue)."""
+    with_curves = [r for r in runs(records) if r.get("loss_curve")]
+    if not with_curves:
+        return "no loss curves recorded"
+    order = sizes(with_curves)
+    fig, axes = _facets(len(order), width=6.0)
+    for ax, size in zip(axes, order, strict=True):
+        for r in (r for r in with_curves if r["size"] == size):
+            curve = r["loss_curve"]
             smooth = pd.Series(curve).rolling(max(1, len(curve) // 20), min_periods=1).mean()
             ax.plot(smooth, color="tab:red" if r.get("failed") else "tab:blue", alpha=0.6, lw=1)
-            drawn = True
-    if not drawn:
-        _note(ax, "no loss curves recorded")
-        return fig
-    ax.set(
-        xlabel="step",
-        ylabel="training loss (smoothed)",
-        title="Loss curves: failed (red) vs successful (blue)",
-    )
+        ax.set(xlabel="step", ylabel="training loss (smoothed)", title=f"size {size}")
+    fig.suptitle("Loss curves: failed (red) vs successful (blue)")
     fig.tight_layout()
     return fig
 
 
-def compare_runs(
-    a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], labels: tuple[str, str], metric: str
-) -> plt.Figure:
-    df = pd.concat([frame(a).assign(study=labels[0]), frame(b).assign(study=labels[1])]).dropna(
-        subset=["score"]
-    )
-    fig, ax = plt.subplots(figsize=(6, 4))
-    sns.boxplot(df, x="study", y="score", color="0.9", showfliers=False, ax=ax)
-    sns.stripplot(df, x="study", y="score", hue="failed", palette={False: "tab:blue", True: "tab:red"}, ax=ax)
-    ax.set(ylabel=f"dev {metric} (x100)", title="Comparison (red: failed)")
+def compare_runs(a: Records, b: Records, labels: tuple[str, str], metric: str) -> plt.Figure:
+    """Two studies side by side, one facet per size (each study's settings apart)."""
+    df = pd.concat([frame(a).assign(study=labels[0]), frame(b).assign(study=labels[1])])
+    df = df.dropna(subset=["score"])
+    order = [str(s) for s in sizes([*runs(a), *runs(b)]) if str(s) in set(df["size"])] or ["(none)"]
+    if df["setting"].nunique() > 1:
+        df["study"] = df["study"] + "\n" + df["setting"]
+    fig, axes = _facets(len(order), width=6.0)
+    for ax, size in zip(axes, order, strict=True):
+        at = df[df["size"] == size]
+        if at.empty:
+            continue
+        sns.boxplot(at, x="study", y="score", color="0.9", showfliers=False, ax=ax)
+        palette = {False: "tab:blue", True: "tab:red"}
+        sns.stripplot(at, x="study", y="score", hue="failed", palette=palette, ax=ax)
+        ax.set(ylabel=f"dev {metric} (x100)", title=f"size {size}", xlabel="")
+    fig.suptitle("Comparison (red: failed)")
     fig.tight_layout()
     return fig

@@ -3,7 +3,9 @@
 Everything is inlined (data, CSS, JS, SVG), so the page opens from disk with no server and no
 network: a sortable, filterable table of entries (median with its interval, IQR, failure rate
 with its Wilson interval, comparable reported numbers with citation links) and each entry's
-score distribution as an inline SVG strip and box plot (red: failed runs).
+score distribution as an inline SVG strip and box plot (red: failed runs). Entries of all the
+files are ranked together within the leaderboard's rank groups (one rank 1 per group), and each
+row names its group and the file it came from.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from suite.leaderboard import read_leaderboard
+from suite.leaderboard import rank, read_leaderboard
 
 WIDTH, HEIGHT, PAD = 220, 34, 6  # the distribution plot, in px
 
@@ -45,6 +47,7 @@ def _citation(rep: dict[str, Any]) -> dict[str, Any]:
         "source": rep.get("source", ""),
         "url": url,
         "percentile": gap.get("percentile"),
+        "notes": rep.get("notes") or [],
     }
 
 
@@ -56,6 +59,7 @@ def _row(entry: dict[str, Any], board: str, scale: tuple[float, float]) -> dict[
     return {
         "board": board,
         "rank": entry["rank"],
+        "group": group_label(entry["rank_group"]),
         "task": entry["task"],
         "model": entry["model"],
         "size": entry["size"],
@@ -120,11 +124,35 @@ def _scales(entries: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[float,
     return {k: (min(v), max(v)) if v else (0.0, 100.0) for k, v in values.items()}
 
 
+def group_label(group: dict[str, Any]) -> str:
+    """The rank group's fields that the task, metric and size columns do not show."""
+    split = "dev" if group["eval_split"] == "validation" else group["eval_split"]
+    evaluated = group["eval_set"] or split
+    if group["eval_limit"]:
+        evaluated += f" ({group['eval_limit']} examples)"
+    return f"{evaluated}, max_length {group['max_length']}, data {group['data']}"
+
+
+def _names(paths: list[Path]) -> list[str]:
+    """Each file's name, or its whole path where two files share a name."""
+    names = [p.name for p in paths]
+    return [p.name if names.count(p.name) == 1 else str(p) for p in paths]
+
+
 def build_rows(paths: list[Path]) -> list[dict[str, Any]]:
-    """Every entry of every (validated) leaderboard, as the page's rows."""
-    boards = [(str(p), read_leaderboard(p)["entries"]) for p in paths]
-    scales = _scales([e for _, entries in boards for e in entries])
-    return [_row(e, name, scales[(e["task"], e["metric"])]) for name, entries in boards for e in entries]
+    """Every entry of every (validated) leaderboard as the page's rows, re-ranked across the
+    files within the leaderboard's rank groups (each file's own ranks are not comparable)."""
+    entries = [
+        {**e, "board": name}
+        for p, name in zip(paths, _names(paths), strict=True)
+        for e in read_leaderboard(p)["entries"]
+    ]
+    rank(entries)
+    scales = _scales(entries)
+    rows = [_row(e, e["board"], scales[(e["task"], e["metric"])]) for e in entries]
+    for position, row in enumerate(rows):  # sorting by rank keeps each group's rows together
+        row["position"] = position
+    return rows
 
 
 def render(rows: list[dict[str, Any]], sources: list[str]) -> str:

@@ -16,6 +16,7 @@ td .ci { color: #777; font-size: .85em; }
 td.setting { font-family: ui-monospace, monospace; font-size: .85em; }
 ul.reported { margin: 0; padding-left: 1em; }
 .context { color: #888; font-size: .85em; }
+td.group { color: #555; font-size: .85em; }
 """
 
 CONTROLS = """
@@ -32,6 +33,7 @@ CONTROLS = """
     <th data-key="median">median [95% CI]</th><th data-key="iqr">IQR</th>
     <th data-key="failure_rate">failure rate [95% CI]</th><th data-key="distribution">scores</th>
     <th data-key="reported">comparable reported numbers</th>
+    <th data-key="group">ranked within</th><th data-key="board">from</th>
   </tr></thead>
   <tbody></tbody>
 </table>
@@ -49,6 +51,7 @@ JS = """
 
   function value(row, key) {
     if (key === "size") return sizeValue(row.size);
+    if (key === "rank") return row.position;  // ranks are per group: the groups stay together
     if (key === "reported") return row.reported.length;
     if (key === "distribution") return row.median;
     return row[key];
@@ -99,6 +102,12 @@ JS = """
         if (r.percentile !== null && r.percentile !== undefined) {
           item.appendChild(document.createTextNode(" \\u2013 our percentile " + r.percentile.toFixed(0)));
         }
+        for (const text of r.notes) {
+          const note = document.createElement("div");
+          note.className = "context";
+          note.textContent = text;
+          item.appendChild(note);
+        }
         list.appendChild(item);
       }
       box.appendChild(list);
@@ -131,6 +140,8 @@ JS = """
     const plot = cell(tr, "dist", "");
     plot.innerHTML = row.svg;  // built by suite/site.py from numbers only
     cell(tr, "", reported(row));
+    cell(tr, "group", row.group);
+    cell(tr, "group", row.board);
     return tr;
   }
 
@@ -138,7 +149,8 @@ JS = """
     const text = state.text.toLowerCase();
     const shown = rows.filter((r) =>
       (!state.task || r.task === state.task) &&
-      (!text || [r.task, r.model, r.setting, String(r.size), r.metric].join(" ").toLowerCase().includes(text))
+      (!text || [r.task, r.model, r.setting, String(r.size), r.metric, r.board].join(" ")
+        .toLowerCase().includes(text))
     );
     shown.sort((a, b) => compare(value(a, state.key), value(b, state.key)));
     body.replaceChildren(...shown.map(render));

@@ -3,9 +3,10 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
-from suite.comparability import reasons_not_comparable, same_model
+from suite.comparability import data_digest, reasons_not_comparable, same_model, subsample_note, subsample_sd
 from suite.statistics import gap_to_reported
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,3 +70,31 @@ def test_a_reported_median_drawn_from_our_distribution_is_accepted_at_the_nomina
         gap = gap_to_reported(ours, reported, "median", n_runs=5, seed=t, resamples=1000)
         rejected += gap["p_two_sided"] < 0.05
     assert 0.01 <= rejected / trials <= 0.10
+
+
+def test_an_eval_limit_subsample_of_dev_stays_comparable_with_its_sampling_error_named() -> None:
+    ours = {"model": "minilm-l6", "value": 60.0, "metric": "accuracy", "statistic": "median", "n_runs": 5,
+            "split": "dev", "size": 64, "source": "synthetic"}  # fmt: skip
+    subsample = {**SMOKE, "eval_limit": 300, "eval_examples": 300, "eval_sd": 2.5}
+    assert reasons_not_comparable(ours, subsample) == []
+    note = "evaluated on 300 of the dev examples: sampling error (sd 2.50 points) added to the test"
+    assert subsample_note(subsample) == note
+    assert subsample_note(SMOKE) is None  # the whole dev set: nothing to add
+    pool = {**subsample, "eval_set": "held-out SQuAD-train questions"}
+    assert any(r.startswith("evaluation set") for r in reasons_not_comparable(ours, pool))  # still refused
+    assert subsample_note(pool) is None
+    longer = reasons_not_comparable({**ours, "max_length": 512}, {**SMOKE, "max_length": 128})
+    assert any(r.startswith("max_length") for r in longer)  # checked where a paper states it
+
+
+def test_subsample_sd_applies_the_finite_population_correction_when_the_full_size_is_known() -> None:
+    assert subsample_sd(0.02, 300) == pytest.approx(2.0)  # N unknown: no correction (conservative)
+    assert subsample_sd(0.02, 300, 1200) == pytest.approx(2.0 * 0.75**0.5)
+    assert subsample_sd(0.02, 300, 300) == 0.0 and subsample_sd(None, 300) is None
+
+
+def test_data_digest_is_the_content_or_the_origin_where_a_hash_is_unknown() -> None:
+    hub = {"kind": "hub", "path": "nyu-mll/glue", "name": "rte", "revision": None}
+    assert data_digest({"dev": "a"}, hub) == data_digest({"dev": "a"}, {"kind": "local", "folder": "x"})
+    assert data_digest({"dev": "a"}, hub) != data_digest({"dev": "b"}, hub)
+    assert data_digest({"dev": None}, hub) != data_digest({"dev": None}, {**hub, "revision": "v2"})

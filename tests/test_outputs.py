@@ -6,11 +6,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from suite import leaderboard
 from suite.cli import main
 from suite.compare import compare
 from suite.errors import SuiteError
-from suite.leaderboard import read_leaderboard, validate
+from suite.leaderboard import read_leaderboard, validate, write_leaderboard
 from tests.conftest import run_tiny
+from tests.test_site import REPORTED, write_run
+
+ONE_SETTING = ((2e-5, 16),)
 
 
 @pytest.fixture
@@ -33,6 +37,63 @@ def test_leaderboard_command_merges_and_ranks(finished_run: Path, tmp_path: Path
     assert main(["leaderboard", str(finished_run), "-o", str(out)]) == 0
     assert main(["check-leaderboard", str(out)]) == 0
     assert [e["rank"] for e in json.loads(out.read_text())["entries"]] == [1]
+
+
+def test_ranking_separates_evaluation_sets_data_and_max_length(tmp_path: Path) -> None:
+    """Entries that differ in eval_limit, data content or max_length are never ranked together;
+    entries equal on every rank term are."""
+    variants = {
+        "base": {},
+        "limit": {"task_extra": {"eval_limit": 300}},
+        "data": {"info_extra": {"data_sha256": {"train": "1" * 64, "dev": "3" * 64}}},
+        "length": {"task_extra": {"max_length": 256}},
+    }
+    folders = {
+        name: write_run(tmp_path / name, "rte", name, 0.6, i, grid=ONE_SETTING, **kw)
+        for i, (name, kw) in enumerate(variants.items())
+    }
+    entries = write_leaderboard(list(folders.values()), tmp_path / "board.json")["entries"]
+    assert [e["rank"] for e in entries] == [1, 1, 1, 1]  # four groups, one entry each
+    groups = {e["model"]: e["rank_group"] for e in entries}
+    assert groups["limit"]["eval_limit"] == 300 and groups["base"]["eval_limit"] is None
+    assert groups["length"]["max_length"] == 256 and groups["data"]["data"] != groups["base"]["data"]
+    better = write_run(tmp_path / "better", "rte", "better", 0.8, 9, grid=ONE_SETTING)
+    entries = write_leaderboard([folders["base"], better], tmp_path / "same.json")["entries"]
+    assert [(e["model"], e["rank"]) for e in entries] == [("better", 1), ("base", 2)]
+
+
+def test_an_eval_limit_entry_adds_its_sampling_error_to_the_gap_test(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scored on 300 of the dev examples: still comparable with a full-dev number, and the gap
+    test gets the subsample's sampling error (eval_sd); a full-set entry gets none, nor does
+    one whose limit exceeds the set (it scored every example)."""
+    passed: list = []
+    real = leaderboard.gap_to_reported
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        passed.append(kwargs["eval_sd"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(leaderboard, "gap_to_reported", spy)
+    folders = [
+        write_run(
+            tmp_path / name, reported=[REPORTED], grid=ONE_SETTING, examples=n, task_extra={"eval_limit": cap}
+        )
+        for name, n, cap in (("full", 300, None), ("subsample", 300, 300), ("small", 200, 300))
+    ]
+    entries = write_leaderboard(folders, tmp_path / "board.json")["entries"]
+    full, small, sub = sorted(entries, key=lambda e: (e["eval_limit"] or 0, e["eval_examples"]))
+    assert full["eval_limit"] is small["eval_limit"] is None and full["eval_sd"] is small["eval_sd"] is None
+    assert sub["eval_limit"] == 300 and 2.0 < sub["eval_sd"] < 3.5  # ~ sqrt(.6 x .4 / 300) x 100
+    (rep,) = sub["reported"]
+    assert rep["comparable"] and rep["gap"]["eval_sd"] == sub["eval_sd"]
+    sd = f"{sub['eval_sd']:.2f}"
+    assert rep["notes"] == [
+        f"evaluated on 300 of the dev examples: sampling error (sd {sd} points) added to the test"
+    ]
+    assert full["reported"][0]["notes"] == [] and full["reported"][0]["gap"]["eval_sd"] == 0
+    assert sorted(passed) == [0, 0, sub["eval_sd"]]
 
 
 @pytest.mark.parametrize(
@@ -68,37 +129,45 @@ def test_schema_accepts_what_build_writes_only() -> None:
 
 
 def test_report_executes_with_every_figure(finished_run: Path, capsys) -> None:  # noqa: ANN001
+    """One size, one setting, independent seeds: the figures that apply are drawn, and each
+    section that does not is one line of text (no empty figure)."""
     assert main(["report", str(finished_run)]) == 0
     notebook = nbformat.read(finished_run / "report.ipynb", as_version=4)
-    images = [
-        o
-        for c in notebook.cells
-        if c.cell_type == "code"
-        for o in c.get("outputs", [])
-        if "image/png" in o.get("data", {})
-    ]
-    assert len(images) == 7  # distribution, expected max, lr x batch, init x order, shares, importance, loss
-    errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert not errors
+    outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) == 3  # distribution, expected max, loss curves
+    lines = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream").splitlines()
+    variance = ("one identifiable variance", "no variance components")
+    sections = (
+        "one learning rate and batch size",
+        "seeds drawn independently",
+        variance,
+        "one hyperparameter",
+    )
+    for start in sections:  # one line each (tiny runs may all score alike: then no component at all)
+        assert len([line for line in lines if line.startswith(start)]) == 1, (start, lines)
+    assert not [o for o in outputs if o.get("output_type") == "error"]
     html = (finished_run / "report.html").read_text()
-    assert html.count("<img") >= 7 and "across seeds" in html
+    assert html.count("<img") >= 3 and "across seeds" in html
 
 
 def test_compare_detects_a_shift() -> None:
     a = [{"score": 0.60 + 0.01 * i, "failed": i < 2} for i in range(10)]
     b = [{"score": 0.70 + 0.01 * i, "failed": False} for i in range(10)]
-    result = compare(a, b)
+    (result,) = compare(a, b)["blocks"]
     assert result["median_diff"] == pytest.approx(0.10)
-    assert result["mann_whitney_p"] < 0.01 and result["permutation_median_p"] < 0.01
+    assert result["mann_whitney"]["p"] < 0.01 and result["permutation_median"]["p"] < 0.01
     assert result["failure_rate_diff"] == pytest.approx(-0.2)
-    same = compare(a, a)
-    assert same["median_diff"] == 0 and same["mann_whitney_p"] > 0.5
+    (same,) = compare(a, a)["blocks"]
+    assert same["median_diff"] == 0 and same["mann_whitney"]["p"] > 0.5
 
 
 def test_compare_command(finished_run: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     png = tmp_path / "cmp.png"
     assert main(["compare", str(finished_run), str(finished_run), "--plot", str(png)]) == 0
-    assert "Mann-Whitney" in capsys.readouterr().out and png.stat().st_size > 1000
+    out = capsys.readouterr().out
+    assert "size 32 (runs are the unit)" in out and "Mann-Whitney: cannot decide with 3 runs per arm" in out
+    assert png.stat().st_size > 1000
 
 
 def test_export_writes_jsonl_and_csv(finished_run: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001

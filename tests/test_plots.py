@@ -1,18 +1,31 @@
-"""Figures stay readable: reported-value labels of the expected-max figure never overlap."""
+"""Figures stay readable (reported-value labels never overlap) and never pool sizes or settings:
+each report figure is drawn per (size, setting) or faceted by size, and a section the study's
+design has nothing for is one line of text."""
 
 from __future__ import annotations
 
 import itertools
+import json
+import re
+from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt  # noqa: E402
+import nbformat  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
+from suite import plots  # noqa: E402
+from suite.leaderboard import write_leaderboard  # noqa: E402
 from suite.plots import expected_max_curve, spread  # noqa: E402
+from suite.records import load_run  # noqa: E402
+from tests.test_site import write_run  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _records(n: int = 20) -> list[dict]:
@@ -57,3 +70,140 @@ def test_spread_keeps_order_gap_and_centre() -> None:
     assert all(b - a >= 0.5 - 1e-12 for a, b in itertools.pairwise(out))
     assert np.mean(out) == pytest.approx(np.mean([1.0, 1.0, 1.1, 5.0]))
     assert spread([1.0, 3.0], gap=0.5) == [1.0, 3.0]
+
+
+GRID = ((2e-5, 16), (4e-5, 16), (2e-5, 32), (4e-5, 32))
+
+
+@pytest.fixture(scope="module")
+def two_size_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A crossed-seed study at sizes 100 and 500, 4 settings each, with its leaderboard."""
+    run = write_run(tmp_path_factory.mktemp("study") / "run", sizes=(100, 500), grid=GRID, crossed=True)
+    write_leaderboard([run], run / "leaderboard.json")
+    return run
+
+
+def _execute_template(run: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """Run the report template's code cells in this process (no kernel); return what each figure
+    shows: its titles and, per axes, the y values it plots."""
+    shown: list[dict] = []
+
+    def record(fig: plt.Figure) -> None:
+        titles = [fig._suptitle.get_text() if fig._suptitle else "", *(ax.get_title() for ax in fig.axes)]
+        axes = [
+            {"title": ax.get_title(), "lines": [line.get_ydata() for line in ax.lines],
+             "dots": [c.get_offsets()[:, 1] for c in ax.collections if len(c.get_offsets())]}
+            for ax in fig.axes
+        ]  # fmt: skip
+        shown.append({"titles": titles, "axes": axes})
+        plt.close(fig)
+
+    monkeypatch.setattr(plots, "show", record)
+    namespace: dict = {}
+    for cell in nbformat.read(REPO / "analysis/variance_report.ipynb", as_version=4).cells:
+        if cell.cell_type == "code":
+            parameters = "parameters" in cell.metadata.get("tags", [])
+            exec(f"RUN_DIR = {str(run)!r}" if parameters else cell.source, namespace)  # noqa: S102
+    return shown
+
+
+def _sizes_named(text: str) -> set[str]:
+    return set(re.findall(r"size (\w+)", text))
+
+
+def test_a_two_size_report_draws_each_figure_per_size(
+    two_size_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shown = _execute_template(two_size_run, monkeypatch)
+    board = json.loads((two_size_run / "leaderboard.json").read_text())
+    _, trials = load_run(two_size_run)
+    for figure in shown:  # every figure or facet names one size; none names two
+        assert any(_sizes_named(t) for t in figure["titles"]), figure["titles"]
+        assert all(len(_sizes_named(t)) <= 1 for t in figure["titles"])
+    curves = [f for f in shown if f["titles"][1].startswith("Expected maximum")]
+    assert len(curves) == len(board["entries"]) == 8
+    for figure, (label, _, records) in zip(curves, plots.by_entry(board["entries"], trials), strict=True):
+        assert label in figure["titles"][1]
+        first = figure["axes"][0]["lines"][0][0]  # n = 1: the mean of THAT entry's runs only
+        assert first == pytest.approx(100 * np.mean([r["score"] for r in records]))
+    (dist,) = [f for f in shown if f["titles"][0].startswith("Score per run")]
+    for ax, size in zip(dist["axes"], (100, 500), strict=True):  # one facet per size, its runs only
+        assert ax["title"] == f"size {size}"
+        expected = sorted(100 * r["score"] for r in trials if r["size"] == size)
+        assert sorted(np.concatenate(ax["dots"])) == pytest.approx(expected)
+    assert [f["titles"][0] for f in shown if "lr x batch" in " ".join(f["titles"])] == [
+        "size 100",
+        "size 500",
+    ]
+    assert len([f for f in shown if "init seed x order seed" in f["titles"][1]]) == 8
+    importance = [f["titles"][1] for f in shown if f["titles"][1].startswith("Hyperparameter importance")]
+    assert importance == ["Hyperparameter importance (fANOVA, scaled): size 100",
+                          "Hyperparameter importance (fANOVA, scaled): size 500"]  # fmt: skip
+    (loss,) = [f for f in shown if f["titles"][0].startswith("Loss curves")]
+    assert [ax["title"] for ax in loss["axes"]] == ["size 100", "size 500"]
+
+
+def test_figures_of_one_entry_refuse_pooled_records(two_size_run: Path) -> None:
+    _, trials = load_run(two_size_run)
+    with pytest.raises(ValueError, match="pass one entry's records"):
+        plots.expected_max_curve(trials, "accuracy")
+    with pytest.raises(ValueError, match="pass one entry's records"):
+        plots.init_order_heatmap([r for r in trials if r["size"] == 100])  # one size, 4 settings
+
+
+def test_a_section_that_does_not_apply_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Independent seeds, one setting per size: no lr x batch grid, no init x order grid, one
+    variance component, no importance: each section is one line of text, no figure."""
+    run = write_run(tmp_path / "run", sizes=(100, 500), grid=((2e-5, 16),))
+    board = write_leaderboard([run], run / "leaderboard.json")
+    _, trials = load_run(run)
+    entries = plots.by_entry(board["entries"], trials)
+    assert isinstance(plots.lr_batch_heatmaps(trials), str)
+    plots.display([(label, plots.init_order_heatmap(rs, label)) for label, _, rs in entries])
+    assert capsys.readouterr().out.strip().splitlines() == [
+        "seeds drawn independently: no init x order grid (a crossed seed design draws one)"
+    ]  # one line for both entries
+    components = [plots.variance_components_bar(e["summary"]["variance_components"]) for _, e, _ in entries]
+    assert all("'seed' = 100%" in c for c in components)
+    assert all(isinstance(plots.importance_bar(e["importance"]), str) for _, e, _ in entries)
+    plots.display([("size 100", "no loss curves recorded"), ("size 500", plt.figure())])
+    out = capsys.readouterr().out.strip().splitlines()  # outside a notebook a shown figure prints its repr
+    assert out[-1] == "size 100: no loss curves recorded"  # the entries it applies to are named
+
+
+def test_lr_batch_heatmaps_never_pool_epochs(tmp_path: Path) -> None:
+    records = []
+    for epochs in (2, 3):
+        _, trials = load_run(write_run(tmp_path / f"e{epochs}", grid=GRID))
+        records += [{**r, "hparams": {**r["hparams"], "epochs": epochs}} for r in trials]
+    heatmaps = plots.lr_batch_heatmaps(records)
+    assert [label for label, _ in heatmaps] == ["size 500, epochs=2", "size 500, epochs=3"]
+    for _, fig in heatmaps:
+        plt.close(fig)
+
+
+def test_a_share_the_grid_cannot_bound_is_hatched_not_drawn_with_an_interval() -> None:
+    """On a 3 x 3 grid the share intervals span nearly [0, 1]: the chart hatches those bars, draws
+    no error bar for them and says how many seeds would bound them; a large grid draws them."""
+    from matplotlib.patches import Rectangle
+
+    from suite.components import variance_components
+    from tests.designs import grid_records
+
+    rng = np.random.default_rng(0)
+    for side, informative in ((3, False), (30, True)):
+        y = (
+            rng.normal(0, 1, (1, side, 1))
+            + rng.normal(0, 1, (1, 1, side))
+            + rng.normal(0, 0.5, (1, side, side))
+        )
+        result = variance_components(grid_records(y), resamples=500)
+        fig = plots.variance_components_bar(result)
+        bars = [p for p in fig.axes[0].patches if isinstance(p, Rectangle) and p.get_height() > 0]
+        hatched = [b for b in bars if b.get_hatch()]
+        label = fig.axes[0].get_xlabel()
+        if informative:
+            assert not hatched and "hatched" not in label
+        else:
+            assert hatched and "seeds per axis would bound them" in label
+        plots.plt.close(fig)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -13,14 +14,32 @@ import pytest
 
 from suite.cli import main
 from suite.leaderboard import write_leaderboard
+from suite.site import build_rows
 
 REPORTED = {"model": "bert-base", "value": 69.3, "metric": "accuracy", "statistic": "median",
             "n_runs": 5, "split": "dev", "size": 500, "source": "Sanh et al. 2019, Table 1",
             "arxiv": "1910.01108"}  # fmt: skip
 
 
-def _run(folder: Path, task: str, model: str, centre: float, seed: int, reported: list[dict]) -> Path:
-    """A run folder (run.json + trials.jsonl) of two settings x 6 seeds, one run in 4 failed."""
+def write_run(
+    folder: Path,
+    task: str = "rte",
+    model: str = "bert-base",
+    centre: float = 0.6,
+    seed: int = 0,
+    reported: Sequence[dict] = (),
+    *,
+    sizes: Sequence[int | str] = (500,),
+    grid: Sequence[tuple[float, int]] = ((2e-5, 16), (4e-5, 16)),
+    crossed: bool = False,
+    task_extra: dict | None = None,
+    info_extra: dict | None = None,
+    examples: int = 0,
+) -> Path:
+    """A run folder (run.json + trials.jsonl) without training: per size, each (lr, batch)
+    setting x 6 seeds (independent, or a crossed 3 x 2 init x order grid), one run in 4 failed;
+    a larger size scores higher; `examples` > 0 stores per-example outcomes on that many dev
+    examples."""
     folder.mkdir(parents=True)
     rng = np.random.default_rng(seed)
     info = {
@@ -30,7 +49,10 @@ def _run(folder: Path, task: str, model: str, centre: float, seed: int, reported
             "labels": ["a", "b"],
             "eval_split": "validation",
             "metric": {"main": "accuracy", "extra": [], "higher_is_better": True},
-            "reported": reported,
+            "max_length": 128,
+            "eval_limit": None,
+            "reported": list(reported),
+            **(task_extra or {}),
         },
         "task_hash": "0",
         "model": model,
@@ -40,45 +62,64 @@ def _run(folder: Path, task: str, model: str, centre: float, seed: int, reported
         "date": "2025-01-01T00:00:00+00:00",
         "git_commit": None,
         "versions": {},
-        "data_sha256": {},
+        "data_origin": {"kind": "local", "folder": "data/rte"},
+        "data_sha256": {"train": "1" * 64, "dev": "2" * 64},
+        **(info_extra or {}),
     }
     records = []
-    for lr in (2e-5, 4e-5):
-        for i in range(6):
-            failed = i % 4 == 0
-            score = 0.5 if failed else float(np.clip(rng.normal(centre + 200 * lr, 0.03), 0, 1))
-            records.append(
-                {
-                    "key": f"{lr}-{i}",
-                    "size": 500,
-                    "hparams": {"lr": lr, "batch_size": 16, "epochs": 3},
-                    "seeds": {"init": i, "order": i, "subsample": 0},
-                    "outcome": "failed" if failed else "succeeded",
-                    "failure": "baseline" if failed else None,
-                    "attempt": 1,
-                    "score": score,
-                    "scores": {},
-                    "failed": failed,
-                    "reason": None,
-                    "baseline": 0.5,
-                    "head": "auto",
-                }
-            )
+    for s, size in enumerate(sizes):
+        for lr, batch in grid:
+            for i in range(6):
+                failed = i % 4 == 0
+                mean = centre + 0.1 * s + 200 * lr + batch / 1000
+                score = 0.5 if failed else float(np.clip(rng.normal(mean, 0.03), 0, 1))
+                seeds = {"init": i // 2, "order": i % 2} if crossed else {"init": i, "order": i}
+                records.append(
+                    {
+                        "key": f"{size}-{lr}-{batch}-{i}",
+                        "size": size,
+                        "hparams": {"lr": lr, "batch_size": batch, "epochs": 3},
+                        "seeds": {**seeds, "subsample": 0},
+                        "outcome": "failed" if failed else "succeeded",
+                        "failure": "baseline" if failed else None,
+                        "attempt": 1,
+                        "score": score,
+                        "scores": {},
+                        "failed": failed,
+                        "reason": None,
+                        "baseline": 0.5,
+                        "head": "auto",
+                        "loss_curve": list(np.linspace(0.7, 0.7 - score / 2, 8)),
+                        **(_per_example(rng, score, examples) if examples else {}),
+                    }
+                )
     (folder / "run.json").write_text(json.dumps(info))
     (folder / "trials.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return folder
+
+
+def _per_example(rng: np.random.Generator, score: float, n: int) -> dict:
+    labels = rng.integers(0, 2, n)
+    right = rng.random(n) < score
+    predictions = np.where(right, labels, 1 - labels)
+    per = {
+        "label": labels.tolist(),
+        "prediction": predictions.tolist(),
+        "correct": right.astype(int).tolist(),
+    }
+    return {"per_example": per, "n_dev": n}
 
 
 @pytest.fixture
 def leaderboards(tmp_path: Path) -> list[Path]:
     runs = tmp_path / "runs"
     first = write_leaderboard(
-        [_run(runs / "rte/bert-base", "rte", "bert-base", 0.62, 1, [REPORTED]),
-         _run(runs / "rte/minilm", "rte", "minilm", 0.50, 2, [REPORTED])],
+        [write_run(runs / "rte/bert-base", "rte", "bert-base", 0.62, 1, [REPORTED]),
+         write_run(runs / "rte/minilm", "rte", "minilm", 0.50, 2, [REPORTED])],
         tmp_path / "a.json",
     )  # fmt: skip
     second = write_leaderboard(
-        [_run(runs / "sst2/minilm", "sst2", "minilm", 0.80, 3, [])], tmp_path / "b.json"
+        [write_run(runs / "sst2/minilm", "sst2", "minilm", 0.80, 3, [])], tmp_path / "b.json"
     )
     assert len(first["entries"]) == 4 and len(second["entries"]) == 2
     return [tmp_path / "a.json", tmp_path / "b.json"]
@@ -148,3 +189,25 @@ def test_site_of_a_bad_leaderboard_is_one_line(tmp_path: Path, capsys) -> None: 
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "bad.json: field" in err
     assert not (tmp_path / "site").exists()
+
+
+def test_site_reranks_entries_across_files(leaderboards: list[Path], tmp_path: Path) -> None:
+    """Each file ranks its own entries; the page ranks all of them together within the rank
+    groups (one rank 1 per group) and names each row's file."""
+    third = tmp_path / "c.json"
+    write_leaderboard(
+        [write_run(tmp_path / "runs/rte/roberta", "rte", "roberta", 0.75, 4, [REPORTED])], third
+    )
+    assert sorted(e["rank"] for e in json.loads(third.read_text())["entries"]) == [1, 2]  # its own ranks
+    rows = build_rows([*leaderboards, third])
+    assert len(rows) == 8 and {r["board"] for r in rows} == {"a.json", "b.json", "c.json"}
+    for task, count in (("rte", 6), ("sst2", 2)):  # one group per task here
+        group = sorted((r for r in rows if r["task"] == task), key=lambda r: r["rank"])
+        assert [r["rank"] for r in group] == list(range(1, count + 1))
+        assert [r["median"] for r in group] == sorted((r["median"] for r in group), reverse=True)
+        assert len({r["group"] for r in group}) == 1
+    assert [r["board"] for r in rows if r["task"] == "rte"][:2] == ["c.json", "c.json"]  # the best file's
+    assert (
+        rows[0]["group"]
+        == "dev, max_length 128, data " + json.loads(third.read_text())["entries"][0]["rank_group"]["data"]
+    )

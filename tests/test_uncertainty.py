@@ -11,8 +11,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from suite.gap import rank_min_p, rank_p, stacked_gap
 from suite.statistics import expected_max, gap_to_reported, seeds_needed, summarize
-from suite.uncertainty import design_bootstrap, intervals, layout, resample, wilson
+from suite.uncertainty import (
+    Layout,
+    design_bootstrap,
+    intervals,
+    layout,
+    reduce,
+    resample,
+    stacked_intervals,
+    wilson,
+)
 from tests.designs import grid_records, independent_records
 
 # --- design detection and the bootstrap's resampling units -------------------------------------
@@ -131,9 +141,10 @@ def test_wilson_matches_its_formula_and_covers_like_an_exact_binomial() -> None:
 
 @pytest.mark.parametrize("big_n, reps", [(9, 600), (25, 400), (100, 300)])
 def test_same_n_comparison_has_a_5_percent_false_positive_rate(big_n: int, reps: int) -> None:
-    """A median of 5 drawn from our own distribution: rejected at p < 0.05 in 2-9% of studies.
-    Measured (2000 studies): 2.8%, 4.7%, 4.3% at N = 9, 25, 100; the CI of our own N-run median
-    (the wrong reference) rejects it in 21%, 39%, 65%."""
+    """A median of 5 drawn from our own distribution: rejected at p < 0.05 in 0.5-9% of studies.
+    Measured (2000 studies): 2.6%, 2.6%, 4.5% at N = 9, 25, 100 (the reference is flagged only
+    outside both the predictive draws and the t reference, so it errs low); the CI of our own
+    N-run median (the wrong reference) rejects it in 21%, 39%, 65%."""
     rng = np.random.default_rng(big_n)
     rejected = naive = 0
     for r in range(reps):
@@ -144,7 +155,7 @@ def test_same_n_comparison_has_a_5_percent_false_positive_rate(big_n: int, reps:
         if r < 100:
             low, high = intervals([{"score": v} for v in ours], resamples=300, seed=r)["median"]["ci95"]
             naive += not 100 * low <= reported <= 100 * high
-    assert 0.02 <= rejected / reps <= 0.09
+    assert 0.005 <= rejected / reps <= 0.09
     assert naive / 100 > 0.15  # the wrong reference: our own median's CI
 
 
@@ -155,13 +166,17 @@ def test_max_and_single_run_comparisons_are_valid_rank_tests() -> None:
         for r in range(300):
             ours = rng.normal(0.7, 0.05, big_n)
             reported = 100 * float(rng.normal(0.7, 0.05, k).max())
-            rejected += (
-                gap_to_reported(list(ours), reported, statistic, n_runs=k, seed=r)["p_two_sided"] < 0.05
-            )
+            gap = gap_to_reported(list(ours), reported, statistic, n_runs=k, seed=r)
+            rejected += gap["decidable"] and gap["p_two_sided"] < 0.05
         assert rejected / 300 <= 0.07
-    # above all 60 of ours: P(the max of 3 new runs beats all 60) = 3 / 63 exactly, so p = 6 / 63
+    # above all 60 of ours: P(the max of 3 new runs beats all 60) = 3 / 63, so the smallest p is
+    # 6 / 63 > 0.05: the test cannot flag it, says so, and needs 117 runs (6 / 120 = 0.05)
     far = gap_to_reported([0.5, 0.6, 0.7] * 20, 99.0, "max", n_runs=3)
-    assert far["p_two_sided"] == pytest.approx(6 / 63) and far["estimator"].startswith("unbiased")
+    assert far["min_p"] == pytest.approx(6 / 63) and far["p_two_sided"] is None and not far["decidable"]
+    assert far["runs_needed"] == 117 and far["note"] == "cannot decide with 60 runs; needs at least 117"
+    assert far["direction"] == "above" and far["estimator"].startswith("unbiased")
+    low = gap_to_reported([0.5, 0.6, 0.7] * 20, 10.0, "max", n_runs=3)  # below all: 2 / C(63, 3)
+    assert low["decidable"] and low["p_two_sided"] == pytest.approx(2 / math.comb(63, 3))
 
 
 def test_a_reported_median_of_unknown_k_is_not_compared() -> None:
@@ -214,8 +229,11 @@ def test_dodge_expected_max_equals_enumeration_with_replacement_and_the_mean_at_
         maxima = [max(t) for t in itertools.product(scores, repeat=n)]
         assert curve[n - 1]["mean"] == pytest.approx(np.mean(maxima))
     auto = expected_max(scores, n_max=6)
-    assert [p["estimator"].split()[0] for p in auto] == ["unbiased,"] * 4 + ["with"] * 2
-    assert auto[3]["mean"] == pytest.approx(0.9) and auto[5]["mean"] < 0.9  # Dodge beyond N: labelled
+    assert [p["estimator"].split()[0] for p in auto] == ["unbiased,"] * 4 + ["lower"] * 2
+    # past N: our max as a labelled lower bound (Dodge's curve falls below the max we saw)
+    assert [p["extrapolated"] for p in auto] == [False] * 4 + [True] * 2
+    assert auto[3]["mean"] == auto[5]["mean"] == 0.9 and curve[5]["mean"] < 0.9
+    assert auto[5]["ci95"] is None and auto[5]["at_least"] == pytest.approx(auto[3]["ci95"][0])
 
 
 # --- how many seeds ----------------------------------------------------------------------------------
@@ -223,14 +241,17 @@ def test_dodge_expected_max_equals_enumeration_with_replacement_and_the_mean_at_
 
 def test_seeds_needed_extrapolates_the_median_half_width() -> None:
     """Normal scores with sd 0.02: the median's 95% half-width is 1.96 * 1.2533 * 0.02 / sqrt(n),
-    so +-1 point needs ~25 runs and +-0.5 point ~97."""
+    so +-1 point needs ~25 runs and +-0.5 point ~97 (the point forecast; the bound is below it)."""
     rng = np.random.default_rng(4)
     needed = {"0.5": [], "1": []}
     for r in range(30):
         found = seeds_needed([{"score": v} for v in rng.normal(0.7, 0.02, 12)], resamples=500, seed=r)
+        assert found["bound"].startswith("at least") and found["confidence"] == 0.9
         for key in needed:
-            needed[key].append(found["targets"][key]["runs_needed"])
-            assert found["targets"][key]["have"] == (found["median_ci95_half_width"] <= float(key) / 100)
+            target = found["targets"][key]
+            needed[key].append(target["runs_needed_estimate"])
+            assert target["runs_needed"] <= target["runs_needed_estimate"]
+            assert target["have"] == (found["median_ci95_half_width"] <= float(key) / 100)
     assert 15 <= np.median(needed["1"]) <= 40 and 60 <= np.median(needed["0.5"]) <= 160
     crossed = seeds_needed(grid_records(rng.normal(0.7, 0.02, (1, 4, 4))), resamples=200)
     assert crossed["targets"]["1"]["runs_needed"] == crossed["targets"]["1"]["seeds_per_axis_needed"] ** 2
@@ -255,3 +276,177 @@ def test_summary_carries_every_interval_with_its_unit() -> None:
     assert s["seeds_needed"]["runs"] == 9 and s["variance_components"]["design"] == "crossed"
     two = summarize(records + [{**r, "hparams": {"lr": 3e-5}} for r in records])
     assert two["seeds_needed"] is None and two["intervals"]["median"]["unit"].endswith("within each setting")
+
+
+# --- small-N calibration, by simulation (vectorised over studies: the same code as `intervals`) --
+
+BASELINE = -2.0  # collapsed runs: a point mass 2 SD of the successful runs below them
+
+
+def draw_runs(kind: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Scores of independent runs. normal; lognormal(0, 0.5) and beta(8, 1.5) (x 10): skewed;
+    collapse<p>: a share p of runs stuck at BASELINE, the rest normal (RTE: the usual case)."""
+    if kind == "lognormal":
+        return rng.lognormal(0, 0.5, shape)
+    if kind == "beta":
+        return 10 * rng.beta(8, 1.5, shape)
+    y = rng.normal(size=shape)
+    return np.where(rng.random(shape) < float(kind[8:]), BASELINE, y) if kind.startswith("collapse") else y
+
+
+def truth(kind: str, statistic: str) -> float:
+    if kind == "lognormal":
+        return 1.0 if statistic == "median" else float(np.exp(0.125))
+    if kind == "beta":
+        return 10 * float(stats.beta(8, 1.5).median() if statistic == "median" else 8 / 9.5)
+    p = float(kind[8:]) if kind.startswith("collapse") else 0.0
+    return float(stats.norm.ppf((0.5 - p) / (1 - p)) if statistic == "median" else p * BASELINE)
+
+
+def studies(
+    kind: str, shape: tuple[int, int], count: int, rng: np.random.Generator
+) -> tuple[Layout, np.ndarray]:
+    """`count` studies of one layout, scores (count, 1, I, J): (N, 1) N independent runs; (I, J)
+    an I x J init x order grid, init, order and residual effects of equal variance (total 1),
+    collapse<p> there: a share p of init seeds stuck at the baseline (a bad init collapses)."""
+    n_i, n_o = shape
+    if n_o == 1:
+        return layout(independent_records(np.zeros((1, n_i)))), draw_runs(kind, (count, 1, n_i, 1), rng)
+    size = (count, 1, n_i, n_o)
+    y = (
+        rng.normal(size=(count, 1, n_i, 1)) + rng.normal(size=(count, 1, 1, n_o)) + rng.normal(size=size)
+    ) / 3**0.5
+    if kind.startswith("collapse"):
+        y = np.where(rng.random((count, 1, n_i, 1)) < float(kind[8:]), BASELINE, y)
+    return layout(grid_records(np.zeros(shape)[None])), y
+
+
+def covered(ci: np.ndarray, value: float) -> tuple[float, float]:
+    """(coverage where an interval was given, share of studies given one)."""
+    given = ~np.isnan(ci[:, 0])
+    return float(np.mean((ci[given, 0] <= value) & (value <= ci[given, 1]))), float(given.mean())
+
+
+@pytest.mark.parametrize("kind", ["normal", "lognormal", "beta", "collapse0.25", "collapse0.4"])
+def test_median_and_mean_intervals_cover_at_three_runs(kind: str) -> None:
+    """3 runs, 2000 studies (MC SE 0.5%). Measured: median 95.6-96.5% (old: 87-93%: [min, max]
+    stretched about a median that sits next to one end), mean 93.6-95.6% (old 88-95%). Where all
+    3 runs collapsed (1.6% / 6.4% of studies) no interval is given: old gave [b, b], a false
+    certainty that missed. Widths on normal runs: mean 1.08x, median 1.26x the exact t interval."""
+    lay, y = studies(kind, (3, 1), 2000, np.random.default_rng(11))
+    all_collapsed = float(kind[8:]) ** 3 if kind.startswith("collapse") else 0.0
+    for statistic in ("median", "mean"):
+        ci = stacked_intervals(lay, y, statistic, resamples=300, seed=1)
+        coverage, given = covered(ci, truth(kind, statistic))
+        assert coverage >= 0.92 and given >= 1 - 1.4 * all_collapsed - 0.01, (statistic, coverage)
+        if kind == "normal":  # not absurdly wide: E[width] of the t interval, 2 t(2) c4(3) / sqrt(3)
+            width = 2 * stats.t.ppf(0.975, 2) * 0.8862 / 3**0.5
+            assert np.mean(ci[:, 1] - ci[:, 0]) <= (1.35 if statistic == "median" else 1.15) * width
+
+
+@pytest.mark.parametrize(
+    "kind, shape",
+    [("normal", (5, 1)), ("normal", (10, 1)), ("collapse0.4", (5, 1)), ("collapse0.4", (10, 1))]
+    + [(kind, shape) for kind in ("normal", "collapse0.25", "collapse0.4") for shape in ((3, 3), (5, 5))],
+)
+def test_intervals_stay_honest_at_more_runs_and_on_grids(kind: str, shape: tuple[int, int]) -> None:
+    """1000 studies (MC SE 0.7%). Measured: 94.3-99.1% (lowest: the median of 10 normal runs and
+    the mean of 5 runs with 40% collapsed); old (from larger runs of the same simulation): 92-98%."""
+    lay, y = studies(kind, shape, 1000, np.random.default_rng(12))
+    for statistic in ("median", "mean"):
+        coverage, _ = covered(
+            stacked_intervals(lay, y, statistic, resamples=200, seed=2), truth(kind, statistic)
+        )
+        assert coverage >= 0.91, (statistic, coverage)
+
+
+@pytest.mark.parametrize("shape", [(3, 1), (5, 1), (10, 1), (3, 3), (5, 5)])
+def test_a_reported_median_or_mean_of_k_is_rejected_at_most_6_percent_of_the_time(
+    shape: tuple[int, int],
+) -> None:
+    """A paper's median or mean of 5 runs from our own run distribution (normal, 40% collapsed).
+    Measured (2000 studies, MC SE 0.5%; grids 1000, 0.7%): 1.4-5.8% rejected at p < 0.05; the
+    predictive draws alone 8-13% at N = 3 (the old reference: 11-14%); the t reference alone 11%
+    for a median at N = 10 with collapsing runs (a median of 5 is bimodal there)."""
+    count = 2000 if shape[1] == 1 else 1000
+    for kind in ("normal", "collapse0.4"):
+        rng = np.random.default_rng(13)
+        lay, y = studies(kind, shape, count, rng)
+        paper = draw_runs(kind, (count, 5), rng)
+        for statistic in ("median", "mean"):
+            reported = reduce(paper, statistic)
+            p = stacked_gap(lay, y, reported, statistic, 5, resamples=300, seed=3)["p"]
+            assert np.mean(p[np.isfinite(p)] < 0.05) <= 0.065, (kind, statistic)  # 6% + 1 MC SE
+
+
+def test_same_n_comparison_has_power_on_the_default_grid() -> None:
+    """A reported median of 5 one SD above ours, 3 x 3 grid: flagged in 9% of studies (old 7.6%;
+    with 3 init and 3 order seeds a variance has ~3 df, which caps what any test can do), a mean
+    of 5 against 10 independent runs in 37%."""
+    rng = np.random.default_rng(14)
+    for shape, statistic, floor in (((3, 3), "median", 0.07), ((10, 1), "mean", 0.3)):
+        lay, y = studies("normal", shape, 1000, rng)
+        reported = reduce(draw_runs("normal", (1000, 5), rng), statistic) + 1.0
+        assert np.mean(stacked_gap(lay, y, reported, statistic, 5, resamples=300)["p"] < 0.05) >= floor
+
+
+def test_eval_subsample_error_enters_the_same_n_reference() -> None:
+    """Our runs scored on an evaluation subsample: all shifted by one error e ~ N(0, 1 SD) from
+    the full-set score the paper reported. Measured (2000 studies, N = 5 and 3 x 3): ignoring it
+    rejects 8.5-22%, passing eval_sd 0.5-1.1%."""
+    for shape in ((5, 1), (3, 3)):
+        for statistic in ("median", "mean"):
+            rng = np.random.default_rng(15)
+            lay, y = studies("normal", shape, 2000, rng)
+            shifted = y + rng.normal(0, 1.0, (2000, 1, 1, 1))
+            reported = reduce(draw_runs("normal", (2000, 5), rng), statistic)
+            rates = [
+                np.mean(
+                    stacked_gap(lay, shifted, reported, statistic, 5, resamples=200, eval_sd=sd)["p"] < 0.05
+                )
+                for sd in (0.0, 1.0)
+            ]
+            assert rates[1] <= 0.06 < rates[0]
+
+
+def test_rank_tests_say_when_they_cannot_decide_and_take_the_eval_error() -> None:
+    """Smallest two-sided p of the rank tests above all our runs: 2k / (N + k) (single run: N >= 39;
+    max of 5: N >= 195); below all: 2 / C(N + k, k). With eval error (our runs shifted together
+    by N(0, 1 SD)), 1000 single-run comparisons at N = 60: ignoring it rejects 11.8%, passing
+    eval_sd 2.7% (exact: the rank probabilities averaged over the error)."""
+    assert rank_min_p(38, 1, "above") > 0.05 >= rank_min_p(39, 1, "above")
+    assert rank_min_p(194, 5, "above") > 0.05 >= rank_min_p(195, 5, "above")
+    assert rank_min_p(3, 5, "below") == pytest.approx(2 / math.comb(8, 5))
+    high = gap_to_reported([0.6, 0.7, 0.8], 99.0, "single")
+    assert not high["decidable"] and high["p_two_sided"] is None and high["runs_needed"] == 39
+    assert high["note"] == "cannot decide with 3 runs; needs at least 39"
+    assert gap_to_reported([0.6, 0.7, 0.8], 99.0, "max", n_runs=5)["runs_needed"] == 195
+    assert rank_p(np.array([1.0, 2.0, 3.0]), 2.5, 1) == (pytest.approx(3 / 4), pytest.approx(2 / 4))
+    assert rank_p(np.array([1.0, 2.0, 3.0]), 2.5, 1, 1e-9) == (pytest.approx(3 / 4), pytest.approx(2 / 4))
+    rng = np.random.default_rng(16)
+    rejected = np.zeros(2)
+    for _ in range(1000):
+        ours = rng.normal(size=60) + rng.normal()  # one eval error shared by all our runs
+        reported = rng.normal()
+        for i, sd in enumerate((0.0, 1.0)):
+            p_le, p_ge = rank_p(ours, reported, 1, sd)
+            rejected[i] += 2 * min(p_le, p_ge) < 0.05
+    assert rejected[1] / 1000 <= 0.06 < rejected[0] / 1000
+    flagged = gap_to_reported(list(np.linspace(0.6, 0.8, 60)), 99.0, "single", eval_sd=1.0)
+    assert flagged["decidable"] and flagged["p_two_sided"] < 0.05 and flagged["eval_sd"] == 1.0
+
+
+def test_same_n_comparison_without_spread_cannot_decide() -> None:
+    gap = gap_to_reported([0.52, 0.52, 0.52], 60.0, "median", n_runs=5)
+    assert not gap["decidable"] and gap["p_two_sided"] is None and "no spread" in gap["note"]
+    assert intervals([{"score": 0.52}] * 3)["median"]["ci95"] is None
+    assert intervals([{"score": 0.52}] * 6)["median"]["ci95"] == [0.52, 0.52]  # 6 alike: 2^-6 < 2.5%
+    failed = [{"score": 0.52, "outcome": "failed"}] * 3  # nothing left once failures are excluded
+    assert intervals(failed, exclude_failed=True)["median"] | {"unit": None, "method": None} == {
+        "estimate": None,
+        "ci95": None,
+        "unit": None,
+        "method": None,
+        "widening": 1.0,
+    }
+    assert expected_max([None, float("nan")]) == [] and summarize(failed)["excluding_failed"]["n"] == 0
