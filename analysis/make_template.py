@@ -55,7 +55,7 @@ CELLS = [
         "    'dev-set stderr of one run (x100, across examples)': 100 * (e['examples']['dev_se_median'] or float('nan')),\n"
         "    'examples flipping across seeds': (e['examples']['agreement'] or {}).get('flip_share'),\n"
         "    \"Fleiss' kappa\": (e['examples']['agreement'] or {}).get('fleiss_kappa'),\n"
-        "    'runs for median +-0.5 / +-1': '{} / {}'.format(*[(e['summary']['seeds_needed'] or {}).get('targets', {}).get(t, {}).get('runs_needed') for t in ('0.5', '1')]),\n"
+        "    'runs for median +-0.5 / +-1 (at least)': '{} / {}'.format(*[(e['summary']['seeds_needed'] or {}).get('targets', {}).get(t, {}).get('runs_needed') for t in ('0.5', '1')]),\n"
         "} for e in board['entries']]).round(3))"
     ),
     new_markdown_cell(

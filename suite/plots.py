@@ -139,16 +139,19 @@ def expected_max_curve(records: Records, metric: str, reported: Records = (), ti
     """Expected max of n runs of ONE entry with its band; each comparable reported value is a
     dashed line labelled at the right margin, labels spread apart so that none overlaps another."""
     _one_entry(records)
-    curve = expected_max([r.get("score") for r in runs(records)])
+    curve = expected_max(runs(records))  # records: the interval follows the seed design
     if not curve:
         return "no scored runs: no expected maximum"
     shown = [r for r in reported if r.get("comparable")]  # context numbers: not drawn
     fig, ax = plt.subplots(figsize=(9, max(4.0, 1.5 + 0.28 * len(shown))))
     n = np.array([p["n"] for p in curve])
     mean = 100 * np.array([p["mean"] for p in curve])
-    std = 100 * np.array([p["std"] for p in curve])
     ax.plot(n, mean, marker="o", label="expected max of n runs")
-    ax.fill_between(n, mean - std, mean + std, alpha=0.25, label="+- 1 std")
+    # The band is the estimate's 95% interval (across seeds), not the spread of a max over subsets
+    # of our runs, which is 0 at n = N however few runs there are.
+    bounds = [p.get("ci95") or [np.nan, np.nan] for p in curve]
+    low, high = (100 * np.array([b[i] if b[i] is not None else np.nan for b in bounds]) for i in (0, 1))
+    ax.fill_between(n, low, high, alpha=0.25, label="95% interval of the estimate")
     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     heading = "Expected maximum performance" + (f": {title}" if title else "")
     ax.set(xlabel="n (runs / trials)", ylabel=f"dev {metric} (x100)", title=heading)
