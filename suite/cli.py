@@ -93,7 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     comp.add_argument("run_a")
     comp.add_argument("run_b", nargs="?", help="omit for the recipe table of RUN_A's study")
-    comp.add_argument("--reference", help="the recipe the others are tested against (default: the first)")
+    comp.add_argument(
+        "--reference",
+        help="the recipe every other is tested against (default: each recipe's `reference:` in the sweep, "
+        "else the first)",
+    )
     comp.add_argument("--size", help="only this training size's block(s), e.g. 64 or full")
     comp.add_argument(
         "--setting",
