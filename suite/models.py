@@ -40,6 +40,22 @@ ALIASES: dict[str, Any] = {
 }
 
 
+# The classification head an alias is best fine-tuned with (`classifier: model`, the default),
+# measured (README, "The bundled model's head"): all-MiniLM-L6-v2 was trained with mean pooling and
+# its pooler never was, so `auto` (pooler dense + tanh) starts from an untrained layer.
+DEFAULT_HEADS: dict[str, str] = {"minilm-l6": "mean"}
+
+
+def default_head(name: str) -> str:
+    """The declared head of an alias, or of the folder it resolves to; `auto` for any other model."""
+    if name in DEFAULT_HEADS:
+        return DEFAULT_HEADS[name]
+    for alias, head in DEFAULT_HEADS.items():
+        if Path(name).expanduser().resolve() == Path(resolve(alias)).resolve():
+            return head
+    return "auto"
+
+
 def resolve(name: str) -> str:
     """An alias, a local folder or a hub id -> what `from_pretrained` takes."""
     target = ALIASES.get(name, name)

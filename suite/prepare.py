@@ -32,7 +32,17 @@ def load_specs(args: argparse.Namespace) -> tuple[Path, TaskSpec, Path, SweepSpe
     task, sweep = apply_overrides(task, sweep, args.size, args.seeds)
     if args.eval_split:
         task = TaskSpec.model_validate({**task.model_dump(), "eval_split": args.eval_split})
-    return task_path, task, sweep_path, sweep
+    return task_path, with_model_head(task, args.model or task.model), sweep_path, sweep
+
+
+def with_model_head(task: TaskSpec, model: str) -> TaskSpec:
+    """`classifier: model` made concrete for the model that runs, so the study's record and
+    fingerprint name the head that trained (a changed default is then a changed study)."""
+    from suite.models import default_head
+
+    if task.classifier != "model":
+        return task
+    return task.model_copy(update={"classifier": default_head(model)})
 
 
 def apply_overrides(

@@ -225,10 +225,10 @@ class TaskSpec(Strict):
     data: DataSpec
     labels: list[str] | None = Field(None, min_length=1, description="classes, or entity types for tagging")
     regression: Bool = False
-    classifier: Literal["auto", "pooler", "cls", "mean"] = Field(
-        "auto",
-        description="classification head: the family's reference head, pretrained pooler, raw [CLS], "
-        "masked mean of the last layer",
+    classifier: Literal["model", "auto", "pooler", "cls", "mean"] = Field(
+        "model",
+        description="classification head: the model's declared head (else auto), the family's reference "
+        "head, pretrained pooler, raw [CLS], masked mean of the last layer",
     )
     tagging: TaggingSpec = TaggingSpec()
     qa: QASpec | None = None

@@ -22,7 +22,8 @@ def test_default_head_lands_inside_the_reference_distribution(shared_data: Path)
     from suite.trial import Seeds, TrialPlan, run_trial
 
     spec = load_task(REPO / "tasks/sst2.yaml")
-    spec = TaskSpec.model_validate({**spec.model_dump(), "eval_limit": 300})
+    # The family's reference head (what AutoModelForSequenceClassification builds), not the alias's.
+    spec = TaskSpec.model_validate({**spec.model_dump(), "eval_limit": 300, "classifier": "auto"})
     task = prepare_task(spec, shared_data, load_tokenizer(spec.model))
     hp, size = HParams(lr=1e-4, batch_size=16, epochs=5), 200  # a regime where both learn
     seeds = list(seed_grid(SeedSpec(repeats=5)))

@@ -86,3 +86,21 @@ def test_list_command_shows_tasks_models_and_sweeps(capsys: pytest.CaptureFixtur
     assert "  ner           tagging  entity_f1  sizes [1000]  sweep ner-seeds" in out
     assert "minilm-l6  bundled offline model" in out
     assert "  devlin        grid: lr, batch_size, epochs; seeds 3 repeats" in out
+
+
+def test_the_bundled_alias_declares_its_head_and_the_study_records_the_concrete_one() -> None:
+    """`classifier: model` (the default) is the alias's declared head (the bundled MiniLM: mean,
+    the pooling it was trained with), `auto` for any other model; made concrete before the study
+    is fingerprinted, and an explicit classifier always wins."""
+    from suite.models import default_head, resolve
+    from suite.prepare import with_model_head
+    from suite.spec import TaskSpec
+
+    assert default_head("minilm-l6") == "mean" and default_head(resolve("minilm-l6")) == "mean"
+    assert default_head("google-bert/bert-base-uncased") == "auto"
+    task = load_task(REPO / "tasks" / "rte.yaml")
+    assert task.classifier == "model"
+    assert with_model_head(task, "minilm-l6").classifier == "mean"
+    assert with_model_head(task, "roberta-base").classifier == "auto"
+    explicit = TaskSpec.model_validate({**task.model_dump(), "classifier": "cls"})
+    assert with_model_head(explicit, "minilm-l6").classifier == "cls"

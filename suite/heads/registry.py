@@ -26,6 +26,7 @@ from suite.metrics import (
     squad_scores,
     trivial_baseline,
 )
+from suite.models import default_head
 from suite.spec import TaskSpec
 from suite.sweep import HParams
 
@@ -56,6 +57,8 @@ def _classification(spec: TaskSpec, root: Path | None, tokenizer: Any) -> Prepar
 
     def build(task: PreparedTask, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
         classifier = spec.classifier if hparams.classifier == "task" else hparams.classifier
+        if classifier == "model":  # a spec used without `prepare.load_specs` (the API, tests)
+            classifier = default_head(encoder.name_or_path)
         return ClassificationModule(
             encoder, hparams, data.num_labels, names, regression=spec.regression, classifier=classifier
         )
