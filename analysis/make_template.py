@@ -68,7 +68,8 @@ CELLS = [
     ),
     new_code_cell(
         "from suite.recipes import format_recipe_table, recipe_groups, recipe_table\n\n"
-        "print(format_recipe_table(recipe_table(trials), metric) if recipe_groups(trials) else 'no recipes in this sweep')"
+        "references = info.get('sweep', {}).get('references')  # each recipe's declared reference\n"
+        "print(format_recipe_table(recipe_table(trials, references=references), metric) if recipe_groups(trials) else 'no recipes in this sweep')"
     ),
     new_markdown_cell(
         "## Outcomes\n\nEvery planned trial ends as a *run* (succeeded, or failed: no better than "

@@ -239,7 +239,8 @@ def write_outputs(study: Any, folder: Path, task: TaskSpec) -> list[dict[str, An
     if any(r.get("hparams", {}).get("recipe") for r in records):  # a recipe study: its table
         from suite.recipes import format_recipe_table, recipe_table
 
-        print(format_recipe_table(recipe_table(records), task.metric.main))
+        references = info.get("sweep", {}).get("references")
+        print(format_recipe_table(recipe_table(records, references=references), task.metric.main))
     return records
 
 
