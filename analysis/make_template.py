@@ -92,8 +92,9 @@ CELLS = [
     new_markdown_cell(
         "## Expected maximum performance\n\nPer entry (size x setting): the best dev score to expect "
         "from n runs: the unbiased estimator without replacement (Tang et al. 2020) up to the number "
-        "of runs, Dodge et al.'s with-replacement form beyond; that entry's comparable reported values "
-        "as dashed lines."
+        "of runs, with the 95% interval of that estimate (across seeds); that entry's comparable "
+        "reported values as dashed lines. Past our runs only a lower bound is known (our max), so the "
+        "curve stops at n = N."
     ),
     new_code_cell(
         "plots.display([(label, plots.expected_max_curve(rs, metric, e['reported'], label)) for label, e, rs in entries])"
@@ -108,8 +109,9 @@ CELLS = [
     ),
     new_markdown_cell(
         "## Variance components per setting\n\nRandom-effects components (init, order, subsample, "
-        "interaction + residual) with design-bootstrap 95% intervals; a component this seed design "
-        "cannot identify is named under the axis."
+        "interaction + residual) for the seed design the sweep ran, with MLS 95% intervals and "
+        "generalised-pivotal intervals for the shares; a share the design cannot bound is hatched, and "
+        "a component it cannot identify is named under the axis."
     ),
     new_code_cell(
         "plots.display([(label, plots.variance_components_bar(e['summary']['variance_components'], label))\n"

@@ -27,7 +27,7 @@ from suite import blocks as bk
 from suite import decidable as dc
 from suite import exact
 from suite.errors import SuiteError
-from suite.paired import failed, pair_up, paired_units, unpaired_units
+from suite.paired import failed, pair_up, paired_units, score, unpaired_units
 from suite.records import load_run, outcome, runs
 from suite.statistics import spread
 from suite.uncertainty import intervals, layout, wilson
@@ -141,8 +141,8 @@ def paired(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, Any] | 
     Wilcoxon signed-rank test and the paired Hodges-Lehmann interval; pairs on a crossed grid or under
     several subsample seeds: the seed-unit test. None below 2 scored pairs."""
     pairs = pair_up(a, b)
-    scored = [(ra, rb) for ra, rb in pairs if np.isfinite(ra.get("score") or np.nan)]
-    scored = [(ra, rb) for ra, rb in scored if np.isfinite(rb.get("score") or np.nan)]
+    # A collapsed run scores exactly 0 (MCC, entity F1, EM): a score, never a missing one.
+    scored = [(ra, rb) for ra, rb in pairs if np.isfinite(score(ra)) and np.isfinite(score(rb))]
     if len(scored) < 2:
         return None
     d = np.array([rb["score"] - ra["score"] for ra, rb in scored])

@@ -180,7 +180,9 @@ def seeds_needed(
         bound, estimate = (max(int(v[0]), least) for v in stacked_runs_needed(lay, lay.grid[None], target))
         need: dict[str, Any] = {"runs_needed": bound, "runs_needed_estimate": estimate}
         if crossed:
-            per_axis = math.ceil(math.sqrt(bound / n_s))
+            # A grid already as wide as the bound still needs more seeds while our interval is too wide.
+            side = int(max(lay.a_count.max(), lay.c_count.max()))
+            per_axis = max(math.ceil(math.sqrt(bound / n_s)), 0 if have else side + 1)
             need = {
                 "runs_needed": per_axis**2 * n_s,
                 "seeds_per_axis_needed": per_axis,

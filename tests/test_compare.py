@@ -316,3 +316,17 @@ def test_compare_tests_spread_shift_failures_and_matched_seeds() -> None:
     text = format_comparison(compare(a, b), ("A", "B"), "accuracy")
     for phrase in ("Hodges-Lehmann", "Brown-Forsythe", "Wilcoxon", "Wilson", "across runs"):
         assert phrase in text
+
+
+def test_a_run_that_scored_exactly_zero_is_a_pair_not_a_missing_score() -> None:
+    """Collapsed runs score exactly 0 (MCC, entity F1, EM): they are the runs a paired test must
+    keep, not drop as if they had no score."""
+    base = np.array([0.0, 0.0, 0.5, 0.6, 0.55, 0.0, 0.62, 0.58])
+    a = [
+        {"score": float(x), "seeds": {"init": i, "order": 50 + i, "subsample": 0}, "hparams": {}, "size": 64}
+        for i, x in enumerate(base)
+    ]
+    b = [{**r, "score": r["score"] + 0.1} for r in a]
+    (block,) = compare(a, b)["blocks"]
+    assert block["paired"]["n_pairs"] == 8 and block["paired"]["median_diff"] == pytest.approx(0.1)
+    assert block["paired"]["test"]["decidable"]
