@@ -11,7 +11,6 @@ calibrated by simulation instead (suite.paired).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -52,12 +51,6 @@ def runs_needed(min_p_at: Callable[[int], float], start: int, alpha: float = ALP
             return n
         n += 1
     return None
-
-
-def mann_whitney_min_p(m: int, n: int) -> float:
-    """Exact two-sided Mann-Whitney (and two-sample permutation) test: the most extreme of the
-    C(m + n, m) equally likely rank splits, both tails."""
-    return min(1.0, 2.0 / math.comb(m + n, m))
 
 
 def signed_rank_min_p(n: int) -> float:

@@ -392,11 +392,3 @@ def intervals(
     if not exclude_failed:
         out["failure_rate"] = wilson(sum(outcome(r) == "failed" for r in records), len(records))
     return out
-
-
-def __getattr__(name: str) -> Any:  # the predictive draws moved to suite.gap; old imports keep working
-    if name in ("predictive_draws", "stacked_predictive"):
-        from suite import gap
-
-        return getattr(gap, name)
-    raise AttributeError(name)
