@@ -16,7 +16,7 @@ CELLS = [
     new_code_cell('RUN_DIR = "."', metadata={"tags": ["parameters"]}),
     new_code_cell(
         "import json\nfrom pathlib import Path\n\nimport pandas as pd\nfrom IPython.display import display\n\n"
-        "from suite import plots\nfrom suite.records import counts, load_run, runs, setting_key, setting_labels\n\n"
+        "from suite.outputs import plots\nfrom suite.study.records import counts, load_run, runs, setting_key, setting_labels\n\n"
         "pd.set_option('display.max_colwidth', None)  # reasons are read whole\n"
         "run = Path(RUN_DIR)\n"
         "board = json.loads((run / 'leaderboard.json').read_text())\n"
@@ -67,7 +67,7 @@ CELLS = [
         "recipes ran the same ones). `suite compare RUN --reference NAME` picks another reference."
     ),
     new_code_cell(
-        "from suite.recipes import format_recipe_table, recipe_groups, recipe_table\n\n"
+        "from suite.stats.recipes import format_recipe_table, recipe_groups, recipe_table\n\n"
         "references = info.get('sweep', {}).get('references')  # each recipe's declared reference\n"
         "print(format_recipe_table(recipe_table(trials, references=references), metric) if recipe_groups(trials) else 'no recipes in this sweep')"
     ),

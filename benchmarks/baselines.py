@@ -37,10 +37,10 @@ def peak_rss_mb() -> float:
 
 def load_features(task_path: str, size: int, subsample_seed: int = 0) -> tuple[Any, list, list]:
     """The suite's tokenizer and features of the subsample and the dev set (model inputs only)."""
+    from suite.config.task import load_task
     from suite.data.paths import data_dir
     from suite.heads.registry import prepare_task
-    from suite.models import load_tokenizer
-    from suite.spec import load_task
+    from suite.model.encoders import load_tokenizer
 
     spec = load_task(task_path)
     task = prepare_task(spec, data_dir(), load_tokenizer(spec.model))
@@ -54,8 +54,8 @@ def load_features(task_path: str, size: int, subsample_seed: int = 0) -> tuple[A
 
 
 def model_folder(task_path: str) -> str:
-    from suite.models import resolve
-    from suite.spec import load_task
+    from suite.config.task import load_task
+    from suite.model.encoders import resolve
 
     return resolve(load_task(task_path).model)
 
@@ -168,7 +168,7 @@ def lean_loop(args: argparse.Namespace) -> list[dict[str, Any]]:
     from transformers import AutoModelForSequenceClassification, get_linear_schedule_with_warmup
 
     from suite.data.buckets import BucketBatchSampler
-    from suite.optim import parameter_groups
+    from suite.model.optim import parameter_groups
 
     _, train, dev = load_features(args.task, args.size)
     as_tensors = [{k: torch.tensor(v) for k, v in f.items()} for f in train]

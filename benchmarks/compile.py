@@ -24,13 +24,13 @@ def run_way(args: argparse.Namespace, compiled: bool) -> list[dict]:
     """Trials of one way, in this process."""
     import torch
 
-    import suite.trial
+    import suite.training.trial
+    from suite.config.sweep import HParams
+    from suite.config.task import load_task
     from suite.data.paths import data_dir
     from suite.heads.registry import prepare_task
-    from suite.models import load_encoder, load_tokenizer
-    from suite.spec import load_task
-    from suite.sweep import HParams
-    from suite.trial import Seeds, TrialPlan, run_trial
+    from suite.model.encoders import load_encoder, load_tokenizer
+    from suite.training.trial import Seeds, TrialPlan, run_trial
 
     torch.set_num_threads(args.threads)
     spec = load_task(args.task)
@@ -42,7 +42,7 @@ def run_way(args: argparse.Namespace, compiled: bool) -> list[dict]:
             model.compile(dynamic=True)  # in place: parameter names (and so optimizer groups) unchanged
         return model
 
-    suite.trial.load_encoder = encoder
+    suite.training.trial.load_encoder = encoder
     hparams = HParams(lr=5e-5, batch_size=16, epochs=args.epochs, group_by_length=True)
     out = []
     for i in range(args.trials):

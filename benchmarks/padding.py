@@ -16,12 +16,12 @@ import time
 
 import torch
 
+from suite.config.sweep import HParams
+from suite.config.task import load_task
 from suite.data.module import FeatureDataModule
 from suite.data.paths import data_dir
 from suite.heads.registry import prepare_task
-from suite.models import load_encoder, load_tokenizer
-from suite.spec import load_task
-from suite.sweep import HParams
+from suite.model.encoders import load_encoder, load_tokenizer
 
 
 def main() -> None:

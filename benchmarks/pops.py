@@ -41,7 +41,7 @@ def connect(url: str) -> Any:
 def pop_all(url: str, study_name: str) -> tuple[list[int], float, float]:
     """Pops queued trials until none is left, completing each at once (a no-op trial); returns
     the popped trial numbers and the wall-clock times of the first pop and of the end."""
-    from suite.trial_queue import pop_planned, queue_lock
+    from suite.study.queue import pop_planned, queue_lock
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.load_study(study_name=study_name, storage=connect(url))

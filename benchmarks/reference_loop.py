@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding
 
+from suite.config.sweep import HParams
 from suite.heads.registry import PreparedTask
-from suite.models import resolve
-from suite.optim import parameter_groups
-from suite.sweep import HParams
+from suite.model.encoders import resolve
+from suite.model.optim import parameter_groups
 
 
 def reference_score(
@@ -68,12 +68,12 @@ def reference_score(
 def main() -> None:
     from scipy import stats
 
+    from suite.config.sweep import SeedSpec, seed_grid
+    from suite.config.task import load_task
     from suite.data.paths import data_dir
     from suite.heads.registry import prepare_task
-    from suite.models import load_tokenizer
-    from suite.spec import load_task
-    from suite.sweep import SeedSpec, seed_grid
-    from suite.trial import Seeds, TrialPlan, run_trial
+    from suite.model.encoders import load_tokenizer
+    from suite.training.trial import Seeds, TrialPlan, run_trial
 
     parser = argparse.ArgumentParser()
     parser.add_argument("task", nargs="?", default="tasks/sst2.yaml")

@@ -11,7 +11,7 @@ with different order seeds would first have to be padded to a common length per 
     SUITE_DATA_DIR=../shared/data python -m benchmarks.replicas --train [--size 64] [--dev 64]
 
 Real training instead: R seed replicates of one RTE setting (minilm-l6) as R sequential
-`run_trial`s and as one `suite.replicas.run_replicates` group (its padding to a common length, its
+`run_trial`s and as one `suite.training.replicas.run_replicates` group (its padding to a common length, its
 dev evaluations and optimizer steps included); prints seconds per replicate both ways, whole
 trials and the training loops alone, and the ratio.
 """
@@ -25,7 +25,7 @@ import time
 import torch
 from torch.func import functional_call, grad, stack_module_state, vmap
 
-from suite.models import load_encoder
+from suite.model.encoders import load_encoder
 
 
 def step_seconds(fn: object, steps: int, device: str) -> float:
@@ -73,13 +73,13 @@ def train_seconds(record: dict) -> float:
 
 
 def train_mode(args: argparse.Namespace) -> None:
+    from suite.config.sweep import HParams
+    from suite.config.task import load_task
     from suite.data.paths import data_dir
     from suite.heads.registry import prepare_task
-    from suite.models import load_tokenizer
-    from suite.replicas import run_replicates
-    from suite.spec import load_task
-    from suite.sweep import HParams
-    from suite.trial import Seeds, TrialPlan, run_trial
+    from suite.model.encoders import load_tokenizer
+    from suite.training.replicas import run_replicates
+    from suite.training.trial import Seeds, TrialPlan, run_trial
 
     spec = load_task(args.task).model_copy(update={"eval_limit": args.dev, "max_length": args.max_length})
     task = prepare_task(spec, data_dir(), load_tokenizer(args.model))

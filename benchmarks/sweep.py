@@ -62,8 +62,8 @@ def useful_flop(args: argparse.Namespace) -> float:
     """FLOPs a trial must do: forward+backward over real training tokens, forward over real dev
     tokens at each evaluation, through the non-embedding parameters."""
     from benchmarks.baselines import load_features
-    from suite.models import load_encoder
-    from suite.spec import load_task
+    from suite.config.task import load_task
+    from suite.model.encoders import load_encoder
 
     _, train, dev = load_features(args.task, args.size)
     encoder = load_encoder(load_task(args.task).model)

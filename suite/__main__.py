@@ -1,3 +1,3 @@
-from suite.cli import main
+from suite.commands.cli import main
 
 raise SystemExit(main())

@@ -203,7 +203,7 @@ def clean_copy(tmp_path: Path):  # noqa: ANN201
 def run_tiny(task: Path, model: Path, *extra: str, expect: int = 0) -> Path:
     """`suite run` on a fixture task (data in the fixture's `data/`, runs in its `runs/`);
     returns the run folder."""
-    from suite.cli import main
+    from suite.commands.cli import main
 
     root = task.parent if (task.parent / "data").is_dir() else task.parent.parent
     out = root / "runs"

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from suite.config.sweep import HParams
+from suite.config.task import load_task
 from suite.heads.registry import prepare_task
-from suite.models import load_tokenizer
-from suite.spec import load_task
-from suite.sweep import HParams
-from suite.trial import Seeds, TrialPlan, run_trial
+from suite.model.encoders import load_tokenizer
+from suite.training.trial import Seeds, TrialPlan, run_trial
 from tests.conftest import ARCHITECTURES
 
 HP = HParams(lr=1e-3, batch_size=8, epochs=1)
@@ -33,9 +33,9 @@ def test_auto_head_is_the_familys_reference_head(arch: str, tiny_models) -> None
     import torch
     from transformers import AutoModelForSequenceClassification
 
+    from suite.config.sweep import HParams
     from suite.heads.classification import ClassificationModule
-    from suite.models import load_encoder
-    from suite.sweep import HParams
+    from suite.model.encoders import load_encoder
 
     folder = str(tiny_models[arch])
     module = ClassificationModule(
@@ -59,10 +59,10 @@ def test_auto_head_is_the_familys_reference_head(arch: str, tiny_models) -> None
 
 
 def test_pooler_head_needs_a_pretrained_pooler(tiny_models) -> None:  # noqa: ANN001
+    from suite.config.sweep import HParams
     from suite.errors import SpecError
     from suite.heads.classification import ClassificationModule
-    from suite.models import load_encoder
-    from suite.sweep import HParams
+    from suite.model.encoders import load_encoder
 
     hp = HParams(lr=1e-3, batch_size=8, epochs=1)
     bert = ClassificationModule(
@@ -95,7 +95,7 @@ def test_every_trained_parameter_gets_a_gradient(arch: str, classifier: str, tin
     import torch
 
     from suite.heads.classification import ClassificationModule
-    from suite.models import load_encoder
+    from suite.model.encoders import load_encoder
 
     encoder = load_encoder(str(tiny_models[arch]))
     module = ClassificationModule(encoder, HP, 2, ["accuracy"], classifier=classifier)
@@ -117,7 +117,7 @@ def test_mean_head_pools_only_the_unmasked_states(tiny_models) -> None:  # noqa:
     import torch
 
     from suite.heads.classification import ClassificationModule, mean_pool
-    from suite.models import load_encoder
+    from suite.model.encoders import load_encoder
 
     module = ClassificationModule(
         load_encoder(str(tiny_models["bert"])), HP, 3, ["accuracy"], classifier="mean"
@@ -139,10 +139,10 @@ def test_feature_based_heads_read_the_last_four_layers_of_a_frozen_encoder(arch:
     frozen encoder only the head learns. A padded tagging batch scores its sentence as alone."""
     import torch
 
-    from suite import stabilisers
     from suite.heads.classification import ClassificationModule
     from suite.heads.tagging import TaggingModule
-    from suite.models import load_encoder
+    from suite.model import stabilisers
+    from suite.model.encoders import load_encoder
     from tests.conftest import save_tiny_models
 
     def four_layers(config) -> None:  # noqa: ANN001
@@ -173,7 +173,7 @@ def test_feature_based_heads_read_the_last_four_layers_of_a_frozen_encoder(arch:
 
 
 def test_a_setting_chooses_its_head_and_is_refused_where_it_cannot_apply() -> None:
-    from suite.stabilisers import head_refusal
+    from suite.model.stabilisers import head_refusal
 
     assert head_refusal({"classifier": "mean"}, "classification", "auto") is None
     assert head_refusal({"classifier": "mean"}, "tagging", "auto")[0] == "classifier"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import main
+from suite.commands.cli import main
 from tests.conftest import run_tiny
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from suite import exact
-from suite.cli import main
-from suite.compare import compare, compare_block, format_comparison
+from suite.commands.cli import main
 from suite.errors import SuiteError
-from suite.paired import t_p, unit_t, welch_t
-from suite.uncertainty import wilson
+from suite.stats import exact
+from suite.stats.compare import compare, compare_block, format_comparison
+from suite.stats.paired import t_p, unit_t, welch_t
+from suite.stats.uncertainty import wilson
 from tests.designs import grid_records
 
 SIMS = 2000

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from suite.devices import resolve_trainer, worker_environment
 from suite.errors import SpecError
+from suite.model.devices import resolve_trainer, worker_environment
 
 
 def test_cpu_default_is_explicit_fp32() -> None:
@@ -56,7 +56,7 @@ def test_cli_refuses_a_multi_gpu_trial_before_training(tiny_task, tiny_models, t
 
 
 def test_workers_auto_is_one_per_gpu_or_one_per_cpu_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    from suite.devices import resolve_workers
+    from suite.model.devices import resolve_workers
 
     cpu = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
     assert resolve_workers("auto", cpu, threads=2) == 2

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from suite.examples import agreement, dev_sampling_error, example_summary, fleiss_kappa
+from suite.stats.examples import agreement, dev_sampling_error, example_summary, fleiss_kappa
 
 
 def test_fleiss_kappa_matches_the_worked_example() -> None:

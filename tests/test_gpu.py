@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from suite.cli import main
+from suite.commands.cli import main
 from tests.conftest import REPO
 
 pytestmark = [

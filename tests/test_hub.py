@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from suite.cli import main
+from suite.commands.cli import main
+from suite.config.task import load_task
 from suite.data.tables import read_rows
 from suite.heads.registry import prepare_task
-from suite.models import load_tokenizer
-from suite.spec import load_task
+from suite.model.encoders import load_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 N = 120  # rows per split: enough for every label, quick to tokenize

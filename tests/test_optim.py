@@ -1,7 +1,7 @@
 import torch
 from torch import nn
 
-from suite.optim import BertAdam, make_optimizer, parameter_groups
+from suite.model.optim import BertAdam, make_optimizer, parameter_groups
 
 
 def _first_step(optimizer_cls, **kw) -> float:  # noqa: ANN001

@@ -6,11 +6,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from suite import leaderboard
-from suite.cli import main
-from suite.compare import compare
+from suite.commands.cli import main
 from suite.errors import SuiteError
-from suite.leaderboard import read_leaderboard, validate, write_leaderboard
+from suite.outputs import leaderboard
+from suite.outputs.leaderboard import read_leaderboard, validate, write_leaderboard
+from suite.stats.compare import compare
 from tests.conftest import run_tiny
 from tests.test_site import REPORTED, write_run
 

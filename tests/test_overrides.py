@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import main
+from suite.commands.cli import main
+from suite.config.overrides import apply_sets, parse_sets
+from suite.config.resources import resolve, shipped_dir
+from suite.config.sweep import load_sweep
+from suite.config.task import load_task
 from suite.errors import SpecError
-from suite.overrides import apply_sets, parse_sets
-from suite.resources import resolve, shipped_dir
-from suite.spec import load_sweep, load_task
 from tests.conftest import run_tiny
 
 REPO = Path(__file__).resolve().parent.parent

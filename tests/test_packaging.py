@@ -76,7 +76,7 @@ def test_the_wheel_runs_list_and_validate_from_an_empty_directory(tmp_path: Path
         [
             str(bin_dir / "python"),
             "-c",
-            "from suite.report import TEMPLATE; print(TEMPLATE.is_file(), TEMPLATE)",
+            "from suite.outputs.report import TEMPLATE; print(TEMPLATE.is_file(), TEMPLATE)",
         ],
         cwd=empty,
         env=env,

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from suite.config.sweep import HParams
+from suite.config.task import load_task
 from suite.data.pieces import cut_points, split_batch
 from suite.heads.registry import PreparedTask, prepare_task
-from suite.models import load_encoder, load_tokenizer
-from suite.spec import load_task
-from suite.sweep import HParams
+from suite.model.encoders import load_encoder, load_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 

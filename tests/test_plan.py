@@ -7,7 +7,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from suite.cli import main
+from suite.commands.cli import main
 from tests.conftest import run_tiny
 
 

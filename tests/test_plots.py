@@ -19,10 +19,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from suite import plots  # noqa: E402
-from suite.leaderboard import write_leaderboard  # noqa: E402
-from suite.plots import expected_max_curve, spread  # noqa: E402
-from suite.records import load_run  # noqa: E402
+from suite.outputs import plots  # noqa: E402
+from suite.outputs.leaderboard import write_leaderboard  # noqa: E402
+from suite.outputs.plots import expected_max_curve, spread  # noqa: E402
+from suite.study.records import load_run  # noqa: E402
 from tests.test_site import write_run  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -187,7 +187,7 @@ def test_a_share_the_grid_cannot_bound_is_hatched_not_drawn_with_an_interval() -
     no error bar for them and says how many seeds would bound them; a large grid draws them."""
     from matplotlib.patches import Rectangle
 
-    from suite.components import variance_components
+    from suite.stats.components import variance_components
     from tests.designs import grid_records
 
     rng = np.random.default_rng(0)

@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suite import exact
-from suite.cli import main
-from suite.compare import hodges_lehmann, scored_values
+from suite.commands.cli import main
 from suite.errors import SuiteError
-from suite.paired import METHOD, unit_t
-from suite.recipes import failures, fisher_power, format_recipe_table, recipe_table, shift
+from suite.stats import exact
+from suite.stats.compare import hodges_lehmann, scored_values
+from suite.stats.paired import METHOD, unit_t
+from suite.stats.recipes import failures, fisher_power, format_recipe_table, recipe_table, shift
 from tests.designs import grid_records
 
 

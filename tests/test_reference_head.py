@@ -15,11 +15,11 @@ def test_default_head_lands_inside_the_reference_distribution(shared_data: Path)
     from scipy import stats
 
     from benchmarks.reference_loop import reference_score
+    from suite.config.sweep import HParams, SeedSpec, seed_grid
+    from suite.config.task import TaskSpec, load_task
     from suite.heads.registry import prepare_task
-    from suite.models import load_tokenizer
-    from suite.spec import TaskSpec, load_task
-    from suite.sweep import HParams, SeedSpec, seed_grid
-    from suite.trial import Seeds, TrialPlan, run_trial
+    from suite.model.encoders import load_tokenizer
+    from suite.training.trial import Seeds, TrialPlan, run_trial
 
     spec = load_task(REPO / "tasks/sst2.yaml")
     # The family's reference head (what AutoModelForSequenceClassification builds), not the alias's.

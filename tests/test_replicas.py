@@ -1,4 +1,4 @@
-"""Replicate-parallel training (suite/replicas.py) against sequential `run_trial`."""
+"""Replicate-parallel training (suite/training/replicas.py) against sequential `run_trial`."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 import torch
 
+from suite.config.sweep import HParams
+from suite.config.task import load_task
 from suite.errors import SuiteError
 from suite.heads.registry import PreparedTask, prepare_task
-from suite.models import load_tokenizer
-from suite.replicas import TRAINING_CODE, _Group, run_replicates
-from suite.spec import load_task
-from suite.sweep import HParams
-from suite.trial import Seeds, TrialPlan, run_trial
+from suite.model.encoders import load_tokenizer
+from suite.training.replicas import TRAINING_CODE, _Group, run_replicates
+from suite.training.trial import Seeds, TrialPlan, run_trial
 from tests.conftest import WORDS, save_tiny_models
 
 FAMILIES = ["bert", "roberta", "distilbert", "albert", "electra", "deberta-v2"]
@@ -112,7 +112,7 @@ def test_replicates_equal_sequential_training_without_dropout(setting, ragged_ta
 
 @pytest.mark.parametrize("arch", [a for a in FAMILIES if a != "bert"])
 def test_every_supported_family_matches_sequential(arch, ragged_task, no_dropout) -> None:
-    """Each family takes its padding mask its own way (suite.replicas.MASK_KIND)."""
+    """Each family takes its padding mask its own way (suite.training.replicas.MASK_KIND)."""
     model = str(no_dropout[arch])
     prepared = _prepared(ragged_task, no_dropout[arch])
     plans = _plans(HParams(lr=1e-3, batch_size=8, epochs=1, max_grad_norm=0.05), replicas=2)

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suite.cli import main
-from suite.leaderboard import write_leaderboard
-from suite.site import build_rows
+from suite.commands.cli import main
+from suite.outputs.leaderboard import write_leaderboard
+from suite.outputs.site import build_rows
 
 REPORTED = {"model": "bert-base", "value": 69.3, "metric": "accuracy", "statistic": "median",
             "n_runs": 5, "split": "dev", "size": 500, "source": "Sanh et al. 2019, Table 1",

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from suite.cli import main
+from suite.commands.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 

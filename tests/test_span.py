@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from suite.config.sweep import HParams
+from suite.config.task import load_task
 from suite.data.squad import QAExample, read_mrqa, read_squad_json, windows
 from suite.heads.registry import prepare_task
 from suite.heads.span import best_answers
-from suite.metrics import normalize_answer, squad_scores
-from suite.models import load_tokenizer
-from suite.spec import load_task
-from suite.sweep import HParams
-from suite.trial import Seeds, TrialPlan, run_trial
+from suite.model.encoders import load_tokenizer
+from suite.model.metrics import normalize_answer, squad_scores
+from suite.training.trial import Seeds, TrialPlan, run_trial
 from tests.conftest import ARCHITECTURES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,8 +151,8 @@ def test_span_head_trains_on_each_family(arch: str, tiny_models, shared_data: Pa
 def test_every_split_of_a_study_evaluates_on_one_held_out_set(shared_data: Path) -> None:
     """Pre-flight loads every planned split; from then on each split's evaluation set is the
     pool minus the union of all of them: the same questions for every trial."""
-    from suite.preflight import check_planned_inputs
-    from suite.spec import load_sweep
+    from suite.config.sweep import load_sweep
+    from suite.study.preflight import check_planned_inputs
 
     task = prepare_task(load_task(REPO / "tasks/squad.yaml"), shared_data, load_tokenizer("minilm-l6"))
     sweep = load_sweep(REPO / "sweeps/squad-seeds.yaml", "smoke")

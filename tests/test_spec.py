@@ -3,9 +3,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from suite.cli import main
+from suite.commands.cli import main
+from suite.config.reading import profile_names
+from suite.config.sweep import load_sweep
+from suite.config.task import load_task
 from suite.errors import SpecError
-from suite.spec import load_sweep, load_task, profile_names
 
 REPO = Path(__file__).resolve().parent.parent
 TASKS = sorted((REPO / "tasks").glob("*.yaml"))
@@ -92,9 +94,9 @@ def test_the_bundled_alias_declares_its_head_and_the_study_records_the_concrete_
     """`classifier: model` (the default) is the alias's declared head (the bundled MiniLM: mean,
     the pooling it was trained with), `auto` for any other model; made concrete before the study
     is fingerprinted, and an explicit classifier always wins."""
-    from suite.models import default_head, resolve
-    from suite.prepare import with_model_head
-    from suite.spec import TaskSpec
+    from suite.config.task import TaskSpec
+    from suite.model.encoders import default_head, resolve
+    from suite.study.setup import with_model_head
 
     assert default_head("minilm-l6") == "mean" and default_head(resolve("minilm-l6")) == "mean"
     assert default_head("google-bert/bert-base-uncased") == "auto"

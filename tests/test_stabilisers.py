@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from suite import stabilisers
+from suite.config.sweep import HParams, load_sweep
+from suite.config.task import load_task
 from suite.errors import SpecError
 from suite.heads.registry import prepare_task
-from suite.models import load_encoder, load_tokenizer
-from suite.spec import load_sweep, load_task
-from suite.sweep import HParams
-from suite.trial import Seeds, TrialPlan, _fit
+from suite.model import stabilisers
+from suite.model.encoders import load_encoder, load_tokenizer
+from suite.training.trial import Seeds, TrialPlan, _fit
 from tests.conftest import ARCHITECTURES, run_tiny
 
 LAYERED = [a for a in ARCHITECTURES if a != "albert"]
@@ -73,7 +73,7 @@ def test_pooler_is_redrawn_only_when_the_head_reads_it(
 
 
 def _expected_multiplier(name: str, n_layers: int, f: float, head: float) -> float:
-    """Written from the definition, independently of suite.stabilisers: the top layer at the base
+    """Written from the definition, independently of suite.model.stabilisers: the top layer at the base
     rate, x f per layer down, the embedding level at f^L, pooler/final norm at the base rate."""
     if not name.startswith("encoder."):
         return head * (100.0 if name.startswith("crf.") else 1.0)
@@ -197,7 +197,7 @@ def test_reinit_beyond_the_depth_and_meaningless_combinations_are_refused(
 
 
 def test_settings_without_stabilisers_keep_their_keys_and_fingerprint(tiny_task: Path) -> None:
-    from suite.fingerprint import study_fingerprint
+    from suite.study.fingerprint import study_fingerprint
 
     plan = TrialPlan(32, _hp(), Seeds(1, 2, 3))
     assert plan.key == (  # the key studies were made with before stabilisers existed
@@ -214,7 +214,7 @@ def test_a_recipe_reference_is_a_label_not_a_hyperparameter(tmp_path: Path) -> N
     """`reference:` inside a recipe names what its table row is tested against: it leaves the
     recipe's hyperparameters and the study's fingerprint alone, and must name another recipe."""
     (tmp_path / "sweeps").mkdir()
-    from suite.fingerprint import study_fingerprint
+    from suite.study.fingerprint import study_fingerprint
 
     sweep = load_sweep(_recipe_sweep(tmp_path, "  base: {}\n  deep: {llrd: 0.9, reference: base}\n"))
     assert sweep.references == {"deep": "base"} and sweep.recipes["deep"] == {"llrd": 0.9}

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from suite.expected_max import stacked_ci
-from suite.statistics import (
+from suite.stats.expected_max import stacked_ci
+from suite.stats.summary import (
     bootstrap_ci,
     expected_max,
     explained_by_settings,

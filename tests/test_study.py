@@ -3,10 +3,11 @@ from pathlib import Path
 import optuna
 import pytest
 
+from suite.config.sweep import HParams, SeedSpec, SweepSpec, child_seed, load_sweep, seed_grid
+from suite.config.task import load_task
 from suite.errors import SpecError
-from suite.spec import load_sweep, load_task
-from suite.study import enqueue_plan, open_storage, open_study, plan_trials
-from suite.sweep import HParams, SeedSpec, SweepSpec, child_seed, seed_grid
+from suite.study.plan import enqueue_plan, plan_trials
+from suite.study.storage import open_storage, open_study
 from tests.conftest import run_tiny
 
 REPO = Path(__file__).resolve().parent.parent

@@ -5,13 +5,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from suite.config.task import load_task
 from suite.data.conll import iob1_to_iob2, iobes_to_iob2, read_conll
 from suite.data.tagging import assemble, word_windows
 from suite.errors import DataError
 from suite.heads.registry import prepare_task, tagging_scorer
-from suite.metrics import entity_scores
-from suite.models import load_tokenizer
-from suite.spec import load_task
+from suite.model.encoders import load_tokenizer
+from suite.model.metrics import entity_scores
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from suite.config.sweep import HParams
+from suite.config.task import load_task
 from suite.heads.registry import prepare_task
-from suite.models import load_tokenizer
-from suite.spec import load_task
-from suite.sweep import HParams
-from suite.trial import Seeds, TrialPlan, run_trial
+from suite.model.encoders import load_tokenizer
+from suite.training.trial import Seeds, TrialPlan, run_trial
 from tests.conftest import ARCHITECTURES
 
 HP = HParams(lr=1e-3, batch_size=8, epochs=1)
@@ -41,7 +41,7 @@ def test_roberta_with_byte_level_bpe_and_deberta_with_unigram(tiny_models, tiny_
 def _crf_module(tiny_models) -> "TaggingModule":  # noqa: ANN001, F821
     from suite.data.tagging import tag_vocabulary
     from suite.heads.tagging import TaggingModule
-    from suite.models import load_encoder
+    from suite.model.encoders import load_encoder
 
     tags = tag_vocabulary(["PER", "LOC"])
     return TaggingModule(load_encoder(str(tiny_models["bert"])), HP, tags, lambda w: {}, crf=True)
@@ -77,7 +77,7 @@ def test_crf_loss_is_per_word_and_trains_in_its_own_group(tiny_models) -> None: 
     assert torch.allclose(-crf(emissions, tags, mask=mask, reduction="token_mean"), total / 21)
 
     from suite.heads.tagging import CRF_LR_MULT
-    from suite.optim import make_optimizer
+    from suite.model.optim import make_optimizer
 
     optimizer = make_optimizer(module, 2e-5, 0.01, True, module.lr_multipliers())
     crf_params = {id(p) for p in crf.parameters()}

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from conftest import tiny_config
 
+from suite.config.task import load_task
 from suite.data.conll import read_conll
 from suite.data.tagging import collate_tagging
 from suite.heads.registry import prepare_task, tagging_scorer
-from suite.models import encoder_inputs, load_encoder, load_tokenizer, with_prefix_space
-from suite.spec import load_task
+from suite.model.encoders import encoder_inputs, load_encoder, load_tokenizer, with_prefix_space
 
 REPO = Path(__file__).resolve().parent.parent
 DEV_SENTENCES = 300  # blocks of eng.testa: sentences and -DOCSTART- lines

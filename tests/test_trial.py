@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import torch
 
+from suite.config.sweep import HParams
+from suite.config.task import FailureSpec, load_task
 from suite.heads.classification import ClassificationModule
 from suite.heads.registry import PreparedTask, prepare_task
-from suite.models import load_tokenizer
-from suite.spec import FailureSpec, load_task
-from suite.sweep import HParams
-from suite.trial import Seeds, TrialPlan, judge, run_trial
+from suite.model.encoders import load_tokenizer
+from suite.training.trial import Seeds, TrialPlan, judge, run_trial
 
 HP = HParams(lr=1e-3, batch_size=8, epochs=2)
 
@@ -86,7 +86,7 @@ def test_failure_rule_against_the_trivial_baseline(prepared) -> None:
 
 
 def test_mrpc_baseline_is_the_all_positive_classifier(shared_data: Path) -> None:
-    from suite.metrics import trivial_baseline
+    from suite.model.metrics import trivial_baseline
 
     task = load_task(Path(__file__).parent.parent / "tasks/mrpc.yaml")
     data = prepare_task(task, shared_data, load_tokenizer("minilm-l6")).data
@@ -125,7 +125,7 @@ def test_pruned_run_is_recorded_as_pruned_not_failed(prepared, tiny_models) -> N
 
 
 def test_baseline_is_the_best_constant_on_the_evaluation_set() -> None:
-    from suite.metrics import trivial_baseline
+    from suite.model.metrics import trivial_baseline
 
     # DESIGN.md s4: the train majority (class 0 here) is not the best constant on dev (class 2).
     dev = np.array([2, 2, 2, 1, 1, 0])
@@ -138,7 +138,7 @@ def test_baseline_is_the_best_constant_on_the_evaluation_set() -> None:
 
 
 def test_f1_average_follows_the_spec_not_the_predictions() -> None:
-    from suite.metrics import classification_scores
+    from suite.model.metrics import classification_scores
 
     y, p = np.array([0, 1, 1, 0]), np.array([0, 1, 0, 0])  # a 3-class task; only 0/1 seen here
     macro = classification_scores(["f1"], y, p, num_labels=3)["f1"]

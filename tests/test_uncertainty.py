@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from suite.gap import rank_min_p, rank_p, stacked_gap
-from suite.statistics import expected_max, gap_to_reported, seeds_needed, summarize
-from suite.uncertainty import (
+from suite.stats.gap import rank_min_p, rank_p, stacked_gap
+from suite.stats.summary import expected_max, gap_to_reported, seeds_needed, summarize
+from suite.stats.uncertainty import (
     Layout,
     design_bootstrap,
     intervals,

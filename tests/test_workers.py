@@ -133,8 +133,8 @@ def test_a_trial_killed_before_its_first_heartbeat_is_requeued_after_the_grace_p
 ) -> None:
     """Optuna's stale check skips RUNNING trials without a heartbeat row: a worker killed between
     popping a trial and its first beat would leave every other worker waiting forever."""
-    from suite import trial_queue
-    from suite.study import open_storage
+    from suite.study import queue as trial_queue
+    from suite.study.storage import open_storage
 
     monkeypatch.setenv("SUITE_HEARTBEAT_S", "1")  # grace period 3 s
     clock = [1000.0]
@@ -160,8 +160,8 @@ def test_a_trial_killed_before_its_first_heartbeat_is_requeued_after_the_grace_p
 
 POPPER = """
 import sys, optuna
-from suite.study import open_storage
-from suite.trial_queue import pop_planned, queue_lock
+from suite.study.storage import open_storage
+from suite.study.queue import pop_planned, queue_lock
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 study = optuna.load_study(study_name=sys.argv[2], storage=open_storage(sys.argv[1]))
 got = []
@@ -177,7 +177,7 @@ print(" ".join(map(str, got)))
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_concurrent_pops_never_hand_out_a_trial_twice(tmp_path: Path, backend: str) -> None:
-    from suite.study import open_storage
+    from suite.study.storage import open_storage
 
     url = (
         f"sqlite:///{tmp_path / 'q.db'}" if backend == "sqlite" else os.environ.get("SUITE_TEST_POSTGRES_URL")

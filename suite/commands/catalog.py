@@ -6,9 +6,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from suite.config.reading import profile_names, read_yaml
+from suite.config.resources import Kind, local_dir, resolve, resolve_sweep_path, shipped_dir, yaml_files
+from suite.config.sweep import load_sweep
+from suite.config.task import load_task
 from suite.errors import SpecError, SuiteError
-from suite.resources import Kind, local_dir, resolve, resolve_sweep_path, shipped_dir, yaml_files
-from suite.spec import load_sweep, load_task, profile_names, read_yaml
 
 
 def _is_task(path: Path) -> bool:
@@ -69,7 +71,7 @@ def validate(refs: list[str], sets: tuple[dict[str, Any], dict[str, Any]] = ({},
 
 def list_all() -> None:
     """Shipped tasks and sweeps (run by name), local ones (./tasks, ./sweeps), model aliases."""
-    from suite.models import ALIASES
+    from suite.model.encoders import ALIASES
 
     for kind in ("tasks", "sweeps"):
         _list_kind(kind, shipped_dir(kind), "shipped: run by name")

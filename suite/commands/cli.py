@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from suite.config.request import Request
 from suite.errors import SuiteError
 
 SET_HELP = (
@@ -113,49 +114,49 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "run":
-            from suite.runner import run
+            from suite.commands.run import run
 
-            return run(args)
+            return run(request_of(args))
         elif args.command == "plan":
-            from suite.plan import plan
+            from suite.commands.plan import plan
 
-            return plan(args)
+            return plan(request_of(args))
         elif args.command == "worker":
-            from suite.runner import worker
+            from suite.commands.run import worker
 
-            return worker(args)
+            return worker(request_of(args))
         elif args.command == "export":
-            from suite.runner import export
+            from suite.commands.run import export
 
-            export(args)
+            export(Path(args.run), args.storage, args.study, args.all, Path(args.output))
         elif args.command == "validate":
-            from suite.catalog import validate
-            from suite.overrides import parse_sets
+            from suite.commands.catalog import validate
+            from suite.config.overrides import parse_sets
 
             return validate(args.paths, parse_sets(args.set))
         elif args.command == "list":
-            from suite.catalog import list_all
+            from suite.commands.catalog import list_all
 
             list_all()
         elif args.command == "leaderboard":
-            from suite.leaderboard import write_leaderboard
+            from suite.outputs.leaderboard import write_leaderboard
 
             doc = write_leaderboard([Path(r) for r in args.runs], Path(args.output))
             print(f"{args.output}: {len(doc['entries'])} entries, schema v{doc['schema_version']}, valid")
         elif args.command == "check-leaderboard":
-            from suite.leaderboard import read_leaderboard
+            from suite.outputs.leaderboard import read_leaderboard
 
             doc = read_leaderboard(args.path)
             print(f"{args.path}: valid (schema v{doc['schema_version']}, {len(doc['entries'])} entries)")
         elif args.command == "report":
-            from suite.report import make_report
+            from suite.outputs.report import make_report
 
             notebook, page = make_report(Path(args.run))
             print(f"wrote {notebook} and {page}")
         elif args.command == "compare":
             compare_command(args)
         elif args.command == "site":
-            from suite.site import write_site
+            from suite.outputs.site import write_site
 
             print(f"wrote {write_site([Path(p) for p in args.leaderboards], Path(args.output))}")
     except SuiteError as err:
@@ -164,15 +165,41 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def request_of(args: argparse.Namespace) -> Request:
+    """The typed request of `run`, `plan` or `worker`: argv stops here."""
+    from suite.config.request import TRAINER_OPTIONS
+
+    trainer = {n: getattr(args, n) for n in TRAINER_OPTIONS if getattr(args, n, None) is not None}
+    return Request(
+        task=getattr(args, "task", None),
+        sweep=getattr(args, "sweep", None),
+        profile=getattr(args, "profile", "default"),
+        sets=tuple(getattr(args, "set", None) or ()),
+        sizes=tuple(getattr(args, "size", None) or ()),
+        seeds=getattr(args, "seeds", None),
+        eval_split=getattr(args, "eval_split", None),
+        model=getattr(args, "model", None),
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        out=Path(getattr(args, "out", "runs")),
+        storage=args.storage,
+        study=args.study,
+        workers=str(getattr(args, "workers", "1")),
+        threads=args.threads,
+        trainer=trainer,
+        offline=args.offline,
+        quiet=args.quiet,
+    )
+
+
 def compare_command(args: argparse.Namespace) -> None:
-    from suite.blocks import check_studies, parse_setting
-    from suite.compare import compare, format_comparison, load_records
+    from suite.stats.blocks import check_studies, parse_setting
+    from suite.stats.compare import compare, format_comparison, load_records
 
     info_a, a = load_records(Path(args.run_a))
     metric = info_a.get("task", {}).get("metric", {}).get("main", "score")
     setting = parse_setting(args.setting)
     if args.run_b is None:
-        from suite.recipes import format_recipe_table, recipe_table
+        from suite.stats.recipes import format_recipe_table, recipe_table
 
         try:
             references = info_a.get("sweep", {}).get("references")
@@ -189,8 +216,8 @@ def compare_command(args: argparse.Namespace) -> None:
     result = compare(a, b, size=args.size, setting=setting)
     print(format_comparison(result, labels, metric))
     if args.plot:
-        from suite.compare import block_runs
-        from suite.plots import compare_runs
+        from suite.outputs.plots import compare_runs
+        from suite.stats.compare import block_runs
 
         plot = Path(args.plot)
         for name, runs_a, runs_b in block_runs(result, a, b):  # one figure per block: never pooled

@@ -1,15 +1,14 @@
 """`suite plan`: what `run` would do, without training or writing a trial.
 
 The planned trials (sizes x settings x seeds) come from the same planner `run` queues from
-(`study.plan_trials`), what the storage holds from the same test `run` uses before queuing
-(`study.held_keys`), and whether `run` would refuse the stored study from the same fingerprint.
+(`study.plan.plan_trials`), what the storage holds from the same test `run` uses before queuing
+(`study.plan.held_keys`), and whether `run` would refuse the stored study from the same fingerprint.
 The wall time is an estimate: a few timed training steps of the real model and head on real
 batches of this machine, scaled by each trial's planned steps and evaluations.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
@@ -19,19 +18,20 @@ from typing import Any
 
 import torch
 
+from suite.config.request import Request
 from suite.errors import SuiteError
-from suite.prepare import StudySetup, setup_study
-from suite.trial import TrialPlan
+from suite.study.setup import Setup, setup_study
+from suite.training.trial import TrialPlan
 
 TIMED_STEPS = 3  # after one untimed warm-up step (allocations, lazy initialisation)
 EVAL_BATCH = 64  # FeatureDataModule's dev batch size
 
 
-def plan(args: argparse.Namespace) -> int:
+def plan(request: Request) -> int:
     """Print the plan, the storage's share of it and the estimate; 2 when `run` would refuse."""
-    from suite.study import plan_trials
+    from suite.study.plan import plan_trials
 
-    s = setup_study(args)
+    s = setup_study(request)
     plans = plan_trials(s.task, s.sweep)
     print(describe_plan(s, plans))
     line, refusal, held = storage_report(s, {p.key for p in plans})
@@ -41,7 +41,7 @@ def plan(args: argparse.Namespace) -> int:
         print(f"estimate: none (the calibration runs on the CPU; trials run on --accelerator {accelerator})")
     else:
         torch.set_num_threads(s.threads)
-        print(estimate(s, plans, args.workers, held))
+        print(estimate(s, plans, held))
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)
         return 2
@@ -53,7 +53,7 @@ def _label(values: dict[str, Any]) -> str:
     return text or "(fixed)"
 
 
-def describe_plan(s: StudySetup, plans: list[TrialPlan]) -> str:
+def describe_plan(s: Setup, plans: list[TrialPlan]) -> str:
     sweep, task = s.sweep, s.task
     seeds = sweep.seeds
     crossed = seeds.design == "crossed"
@@ -75,15 +75,16 @@ def describe_plan(s: StudySetup, plans: list[TrialPlan]) -> str:
     return "\n".join(lines)
 
 
-def storage_report(s: StudySetup, keys: set[str]) -> tuple[str, str | None, set[str]]:
+def storage_report(s: Setup, keys: set[str]) -> tuple[str, str | None, set[str]]:
     """What the storage holds of the planned keys (a line, and the keys), and `run`'s refusal
     when the stored study's fingerprint differs. Opens an existing storage only: nothing is
     created or written."""
     import optuna
 
-    from suite.fingerprint import check_same_study
-    from suite.records import outcome
-    from suite.study import finished_records, held_keys, open_storage, public_url
+    from suite.study.fingerprint import check_same_study
+    from suite.study.plan import finished_records, held_keys
+    from suite.study.records import outcome
+    from suite.study.storage import open_storage, public_url
 
     where = public_url(s.url)
     local = _storage_file(s.url)
@@ -119,9 +120,9 @@ def _storage_file(url: str) -> Path | None:
     return None
 
 
-def estimate(s: StudySetup, plans: list[TrialPlan], workers: int, held: set[str]) -> str:
+def estimate(s: Setup, plans: list[TrialPlan], held: set[str]) -> str:
     """Per (size, setting) row: training examples, steps and the estimated time of one trial;
-    then the time of the trials still to run (not `held`) on `workers` workers."""
+    then the time of the trials still to run (not `held`) on the setup's workers."""
     data = s.prepared.data
     n_dev = len(data.features("dev", data.dev_indices()))
     sizes = sorted({p.hparams.batch_size for p in plans})
@@ -147,8 +148,8 @@ def estimate(s: StudySetup, plans: list[TrialPlan], workers: int, held: set[str]
         lines.append(f"{size:>6s}  {setting:30s} {r['n']:7d} {r['steps']:6d} {r['trials']:6d}  {per_trial}")
     calibrated = ", ".join(f"batch {bs}: {t:.2f} s/step" for bs, (t, _) in sorted(step_s.items()))
     lines.append(
-        f"estimate: ~{_duration(todo / workers)} for the {max(0, len(plans) - len(held))} trials to run on "
-        f"{workers} worker(s) x {s.threads} threads ({TIMED_STEPS} timed training steps per batch "
+        f"estimate: ~{_duration(todo / s.workers)} for the {max(0, len(plans) - len(held))} trials to run on "
+        f"{s.workers} worker(s) x {s.threads} threads ({TIMED_STEPS} timed training steps per batch "
         f"size: {calibrated}; dev batch of {EVAL_BATCH}: {eval_s:.2f} s)"
     )
     return "\n".join(lines)
@@ -166,13 +167,13 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def calibrate(s: StudySetup, trial: TrialPlan) -> tuple[float, float]:
+def calibrate(s: Setup, trial: TrialPlan) -> tuple[float, float]:
     """(seconds per training step, seconds per dev batch) of the real model and head on the
     trial's own batches: forward, backward, clipping and the optimizer step, as a trial does.
     Nothing is kept: the module is a fresh copy and is thrown away."""
     from suite.data.module import FeatureDataModule
-    from suite.models import load_encoder
-    from suite.optim import make_optimizer
+    from suite.model.encoders import load_encoder
+    from suite.model.optim import make_optimizer
 
     task, h = s.prepared, trial.hparams
     train_idx = task.data.train_indices(trial.size, trial.seeds.subsample)

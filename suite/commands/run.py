@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -17,46 +16,48 @@ from typing import Any
 import torch
 
 from suite import __version__
+from suite.config.request import Request
+from suite.config.sweep import SweepSpec
+from suite.config.task import TaskSpec, spec_hash
 from suite.data.hub import source_sha256
-from suite.data.paths import data_dir
-from suite.devices import resolve_trainer, worker_environment
 from suite.errors import SuiteError
-from suite.leaderboard import write_leaderboard
-from suite.prepare import fingerprint_of, setup_study, trainer_options
+from suite.model.devices import worker_environment
+from suite.outputs.leaderboard import write_leaderboard
 from suite.provenance import git_commit
-from suite.spec import TaskSpec, spec_hash
-from suite.statistics import summarize
-from suite.study import public_url
-from suite.sweep import SweepSpec
+from suite.stats.summary import summarize
+from suite.study.setup import Setup, join_study, setup_study
+from suite.study.storage import public_url
 
 
-def run(args: argparse.Namespace) -> int:
+def run(request: Request) -> int:
     """Check every input, plan the study into its storage (or resume it when its fingerprint
     matches), run it with local workers, write the outputs. Returns the exit code: 0 when every
     planned trial ended as a run, 1 when some trial is still errored or unfinished."""
-    from suite.preflight import check_writable, make_run_folder
-    from suite.study import enqueue_plan, open_storage
+    from suite.study.plan import enqueue_plan
+    from suite.study.preflight import check_writable, make_run_folder
+    from suite.study.storage import open_storage
 
-    s = setup_study(args)
+    s = setup_study(request)
     task, sweep, folder, url, name = s.task, s.sweep, s.folder, s.url, s.name
-    storage = open_storage(url) if args.storage else None  # reachable before anything is written
+    assert folder is not None  # a run's setup always has one
+    storage = open_storage(url) if request.storage else None  # reachable before anything is written
     check_writable(folder)
     make_run_folder(folder)
     storage = storage or open_storage(url)
     study = _open_or_resume(storage, name, sweep, task, s.fingerprint, folder)
     if "run_info" not in study.user_attrs:  # the study's creation is its provenance
-        info = run_info(task, sweep, args.profile, s.model, s.prepared)
+        info = run_info(task, sweep, request.profile, s.model, s.prepared)
         study.set_user_attr(
             "run_info",
             {**info, "study": name, "storage": public_url(url), "trainer": s.trainer, "threads": s.threads},
         )
     enqueue_plan(study, task, sweep)
 
-    if args.workers == 1:
+    if s.workers == 1:
         torch.set_num_threads(s.threads)
-        run_worker(study, s.prepared, s.model, sweep, s.trainer, progress=not args.quiet)
+        run_worker(study, s, progress=not request.quiet)
     else:
-        spawn_workers(args, url, name, s.threads, s.trainer, None if args.quiet else study)
+        spawn_workers(s, None if request.quiet else study)
     write_outputs(study, folder, task)
     return exit_status(study)
 
@@ -67,8 +68,8 @@ def _open_or_resume(
     """The stored study when its fingerprint matches, a new one when none exists; else refuse."""
     import optuna
 
-    from suite.fingerprint import check_same_study
-    from suite.study import open_study
+    from suite.study.fingerprint import check_same_study
+    from suite.study.storage import open_study
 
     if name in optuna.study.get_all_study_names(storage):
         existing = optuna.load_study(study_name=name, storage=storage)
@@ -83,8 +84,8 @@ def _open_or_resume(
 
 def exit_status(study: Any) -> int:
     """0 when every planned trial ended as a run; 1 (and why) when some did not."""
-    from suite.records import outcome
-    from suite.study import finished_records, planned_keys
+    from suite.study.plan import finished_records, planned_keys
+    from suite.study.records import outcome
 
     final = finished_records(study)
     errored = [r for r in final.values() if outcome(r) == "errored"]
@@ -107,9 +108,7 @@ def exit_status(study: Any) -> int:
     return 0
 
 
-def spawn_workers(
-    args: argparse.Namespace, url: str, name: str, threads: int, trainer: dict[str, Any], study: Any = None
-) -> None:
+def spawn_workers(s: Setup, study: Any = None) -> None:
     """N local worker processes on the shared storage, each with its share of the CPU threads
     (or, on GPUs, its own device).
     A worker that dies leaves its trial to the others (its heartbeat stops); the study's state,
@@ -120,24 +119,26 @@ def spawn_workers(
         "suite",
         "worker",
         "--storage",
-        url,
+        s.url,
         "--study",
-        name,
+        s.name,
         "--threads",
-        str(threads),
+        str(s.threads),
         "--quiet",
     ]
-    if args.data_dir:
-        command += ["--data-dir", str(args.data_dir)]
-    for option, value in trainer.items():
+    if s.request.data_dir:
+        command += ["--data-dir", str(s.request.data_dir)]
+    for option, value in s.trainer.items():
         command += [f"--{option}", str(value)]
     workers = [
-        subprocess.Popen(command, env={**os.environ, **worker_environment(i, trainer)})
-        for i in range(args.workers)
+        subprocess.Popen(command, env={**os.environ, **worker_environment(i, s.trainer)})
+        for i in range(s.workers)
     ]
     codes = _wait(workers, study)
     if bad := [c for c in codes if c]:
-        print(f"study {name}: {len(bad)} of {len(codes)} workers exited early (codes {bad})", file=sys.stderr)
+        print(
+            f"study {s.name}: {len(bad)} of {len(codes)} workers exited early (codes {bad})", file=sys.stderr
+        )
 
 
 def _wait(workers: list[subprocess.Popen], study: Any) -> list[int]:
@@ -146,7 +147,7 @@ def _wait(workers: list[subprocess.Popen], study: Any) -> list[int]:
         return [w.wait() for w in workers]
     from tqdm.auto import tqdm
 
-    from suite.study import finished_records, planned_keys
+    from suite.study.plan import finished_records, planned_keys
 
     total = len(planned_keys(study)) or None
     with tqdm(desc=f"trials ({len(workers)} workers)", total=total, unit="trial") as bar:
@@ -157,22 +158,21 @@ def _wait(workers: list[subprocess.Popen], study: Any) -> list[int]:
     return [w.returncode for w in workers]
 
 
-def run_worker(
-    study: Any, prepared: Any, model: str, sweep: SweepSpec, trainer: dict[str, Any], progress: bool
-) -> int:
+def run_worker(study: Any, s: Setup, progress: bool) -> int:
     from tqdm.auto import tqdm
 
-    from suite.study import finished_records, plan_trials, work
+    from suite.study.plan import finished_records, plan_trials
+    from suite.study.work import work
 
     info = study.user_attrs["run_info"]
     stamp = {
         "worker": f"{socket.gethostname()}:{os.getpid()}",
         "study": study.study_name,
-        "sweep": sweep.name,
+        "sweep": s.sweep.name,
         "profile": info.get("profile"),
-        "eval_split": prepared.spec.eval_split,
+        "eval_split": s.prepared.spec.eval_split,
     }
-    total = None if sweep.adaptive else len(plan_trials(prepared.spec, sweep))
+    total = None if s.sweep.adaptive else len(plan_trials(s.prepared.spec, s.sweep))
     bar = tqdm(
         desc="trials", total=total, initial=len(finished_records(study)), disable=not progress, unit="trial"
     )
@@ -184,51 +184,44 @@ def run_worker(
         bar.update()
 
     try:
-        return work(study, prepared, model, sweep, stamp, trainer, progress, on_done=done)
+        return work(study, s.prepared, s.model, s.sweep, stamp, s.trainer, progress, on_done=done)
     finally:
         bar.close()
 
 
-def worker(args: argparse.Namespace) -> int:
+def worker(request: Request) -> int:
     """`suite worker`: join a study from another process or machine and run trials until done.
     Refuses a study whose stored fingerprint differs from what this worker would run (another
     data file, model, thread count or suite version)."""
     import optuna
 
-    from suite.fingerprint import check_same_study
-    from suite.heads.registry import prepare_task
-    from suite.models import load_encoder, load_tokenizer
-    from suite.preflight import check_planned_inputs
-    from suite.stabilisers import check_sweep
-    from suite.study import open_storage
-    from suite.sweep import SweepSpec as Sweep
+    from suite.study.fingerprint import check_same_study
+    from suite.study.storage import open_storage
 
-    if args.offline:
+    if request.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
-    torch.set_num_threads(max(1, args.threads))
-    storage = open_storage(args.storage)
+    torch.set_num_threads(request.threads)
+    storage = open_storage(str(request.storage))
     try:
-        study = optuna.load_study(study_name=args.study, storage=storage)
+        study = optuna.load_study(study_name=request.study, storage=storage)
     except KeyError:
-        raise SuiteError(f"--study {args.study!r}: no such study in {public_url(args.storage)}") from None
+        raise SuiteError(
+            f"--study {request.study!r}: no such study in {public_url(str(request.storage))}"
+        ) from None
     info = study.user_attrs.get("run_info")
     if not info:
-        raise SuiteError(f"study {args.study!r}: has no run info (start it with `suite run`)")
-    task, sweep = TaskSpec.model_validate(info["task"]), Sweep.model_validate(info["sweep"])
-    prepared = prepare_task(task, data_dir(args.data_dir), load_tokenizer(info["model"]))
-    check_sweep(load_encoder(info["model"]), sweep, f"study {args.study}", task.head, task.classifier)
-    check_planned_inputs(prepared, sweep, f"study {args.study}")
-    trainer = resolve_trainer({**info.get("trainer", {}), **trainer_options(args)})
-    current = fingerprint_of(prepared, sweep, info["model"], max(1, args.threads), trainer)
-    check_same_study(study.user_attrs.get("fingerprint"), current, args.study, public_url(args.storage))
-    run_worker(study, prepared, info["model"], sweep, trainer, progress=not args.quiet)
+        raise SuiteError(f"study {request.study!r}: has no run info (start it with `suite run`)")
+    s = join_study(request, info)
+    check_same_study(study.user_attrs.get("fingerprint"), s.fingerprint, s.name, public_url(s.url))
+    run_worker(study, s, progress=not request.quiet)
     return 0
 
 
 def write_outputs(study: Any, folder: Path, task: TaskSpec) -> list[dict[str, Any]]:
     """The run folder's files, of this study only: run.json, trials.jsonl (every ended trial,
     every attempt), leaderboard.json and the printed summary."""
-    from suite.study import finished_records, study_records, write_atomic, write_jsonl
+    from suite.study.plan import finished_records, study_records
+    from suite.study.storage import write_atomic, write_jsonl
 
     info = {**study.user_attrs["run_info"], "fingerprint": study.user_attrs.get("fingerprint")}
     write_atomic(folder / "run.json", json.dumps(info, indent=2) + "\n")
@@ -237,41 +230,39 @@ def write_outputs(study: Any, folder: Path, task: TaskSpec) -> list[dict[str, An
     records = sorted(finished_records(study).values(), key=lambda r: r.get("trial_number", 0))
     print(format_summary(task, records, folder))
     if any(r.get("hparams", {}).get("recipe") for r in records):  # a recipe study: its table
-        from suite.recipes import format_recipe_table, recipe_table
+        from suite.stats.recipes import format_recipe_table, recipe_table
 
         references = info.get("sweep", {}).get("references")
         print(format_recipe_table(recipe_table(records, references=references), task.metric.main))
     return records
 
 
-def export(args: argparse.Namespace) -> None:
-    """`suite export`: a run folder's study (or `--all` studies of its storage) to JSONL or CSV."""
-    from suite.study import export_studies, storage_of, write_jsonl
+def export(run: Path, storage: str | None, study: str | None, every: bool, output: Path) -> None:
+    """`suite export`: a run folder's study (or `every` study of its storage) to JSONL or CSV."""
+    from suite.study.plan import export_studies
+    from suite.study.storage import storage_of, write_jsonl
 
-    url = storage_of(args.storage or args.run)
-    name = args.study
-    if name is None and not args.all and not args.storage:
+    url = storage_of(storage or run)
+    name = study
+    if name is None and not every and not storage:
         name = (
-            json.loads((Path(args.run) / "run.json").read_text()).get("study")
-            if (Path(args.run) / "run.json").is_file()
-            else None
+            json.loads((run / "run.json").read_text()).get("study") if (run / "run.json").is_file() else None
         )
-    records = [r for _, rs in export_studies(url, None if args.all else name) for r in rs]
-    out = Path(args.output)
-    if out.suffix == ".csv":
+    records = [r for _, rs in export_studies(url, None if every else name) for r in rs]
+    if output.suffix == ".csv":
         import pandas as pd
 
-        pd.json_normalize(records).drop(columns=["loss_curve"], errors="ignore").to_csv(out, index=False)
+        pd.json_normalize(records).drop(columns=["loss_curve"], errors="ignore").to_csv(output, index=False)
     else:
-        write_jsonl(out, records)
-    print(f"{out}: {len(records)} trials")
+        write_jsonl(output, records)
+    print(f"{output}: {len(records)} trials")
 
 
 def run_info(task: TaskSpec, sweep: SweepSpec, profile: str, model: str, prepared: Any) -> dict[str, Any]:
     """Provenance of one study: what ran, on what data, with which versions."""
     import transformers
 
-    from suite.models import model_revision
+    from suite.model.encoders import model_revision
 
     return {
         "suite_version": __version__,
@@ -299,7 +290,7 @@ def run_info(task: TaskSpec, sweep: SweepSpec, profile: str, model: str, prepare
 def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) -> str:
     """One row per (size, full setting): runs, median, IQR, min, max, failed runs; then the
     trials that are not runs (errored, pruned) and why."""
-    from suite.records import outcome, setting_key, setting_labels
+    from suite.study.records import outcome, setting_key, setting_labels
 
     split = "dev" if task.eval_split == "validation" else task.eval_split
     lines = [

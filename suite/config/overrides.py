@@ -17,8 +17,9 @@ from typing import Any
 
 import yaml
 
+from suite.config.fields import kind
+from suite.config.reading import Loader, one_line
 from suite.errors import SpecError
-from suite.spec import _Loader, kind, one_line
 
 SWEEP_PREFIX = "sweep."
 _SEGMENT = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -36,7 +37,7 @@ def parse_sets(items: list[str] | None) -> tuple[dict[str, Any], dict[str, Any]]
         if not all(_SEGMENT.match(s) for s in path.split(".")):
             raise SpecError(one_line(f"--set {path}: a field path is names (or list indexes) joined by '.'"))
         try:
-            value = yaml.load(text, Loader=_Loader) if text.strip() else None
+            value = yaml.load(text, Loader=Loader) if text.strip() else None
         except yaml.YAMLError as err:
             problem = getattr(err, "problem", None) or str(err).splitlines()[0]
             raise SpecError(one_line(f"--set {path}: value {text!r} is not valid YAML ({problem})")) from None

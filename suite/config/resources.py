@@ -12,11 +12,11 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Literal
 
+from suite.config.reading import one_line
 from suite.errors import SpecError
-from suite.spec import one_line
 
 Kind = Literal["tasks", "sweeps", "analysis"]
-SOURCE_ROOT = Path(__file__).resolve().parent.parent
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # suite/config/resources.py -> the repository
 
 
 def shipped_dir(kind: Kind) -> Path:

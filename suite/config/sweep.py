@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import cache
 from itertools import product
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, PlainValidator, TypeAdapter, ValidationError, model_validator
 
+from suite.config.fields import Bool, FieldError, Float, Int, Seed, Strict, kind
+from suite.config.overrides import SWEEP_PREFIX, apply_sets, describe_sets
+from suite.config.reading import apply_profile, profile_label, read_yaml, validate
 from suite.errors import SpecError
-from suite.spec import Bool, FieldError, Float, Int, Seed, Strict, kind
 
 
 class HParams(Strict):
@@ -32,7 +35,7 @@ class HParams(Strict):
         False, description="compute each batch as length-sorted pieces: the same loss, less padding"
     )
     min_steps: Int = Field(0, ge=0, description="train at least this many steps (more epochs on tiny sets)")
-    # Stabilisers (suite/stabilisers.py): the remedies the variance papers tested.
+    # Stabilisers (suite/model/stabilisers.py): the remedies the variance papers tested.
     reinit_layers: Int = Field(0, ge=0, description="re-draw the top k encoder layers (and a used pooler)")
     llrd: Float = Field(1.0, gt=0, le=1, description="lr x llrd per layer going down from the top layer")
     freeze: Literal["none", "embeddings", "encoder"] = "none"
@@ -427,3 +430,10 @@ def seed_grid(seeds: SeedSpec) -> Iterator[tuple[int, int, int]]:
     for sub in subsamples:
         for i, o in pairs:
             yield child_seed(seeds.master, "init", i), child_seed(seeds.master, "order", o), sub
+
+
+def load_sweep(path: str | Path, profile: str | None = "default", sets: dict | None = None) -> SweepSpec:
+    """A sweep profile sets the training side (hparams, space, seeds); it must exist in the sweep."""
+    path = Path(path)
+    raw = apply_sets(apply_profile(read_yaml(path), profile, path, required=True), sets, SWEEP_PREFIX)
+    return validate(SweepSpec, raw, path, profile_label(profile) + describe_sets(sets, SWEEP_PREFIX))

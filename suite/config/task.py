@@ -1,60 +1,32 @@
-"""Task and sweep specs: YAML read with `yaml.safe_load` into one validated schema.
+"""The task schema: data source, labels, metric, failure rule, sizes, QA windows, cited results.
 
 Profiles (`smoke`, `default`, `full`, ...) are partial overrides kept in the YAML itself;
-`load_task` / `load_sweep` deep-merge the chosen profile before validation, so a profile
-can never smuggle in a field the schema does not know.
+`load_task` deep-merges the chosen profile before validation, so a profile can never smuggle
+in a field the schema does not know.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PlainValidator,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, PlainValidator, field_validator, model_validator
 from pydantic import Strict as StrictType
 
-from suite.errors import SpecError
-from suite.metrics import METRICS_BY_HEAD
-from suite.spec_hub import HubSource, hub_labels_problem
+from suite.config.fields import Bool, FieldError, Float, Int, Strict, kind
+from suite.config.hub import HubSource, hub_labels_problem
+from suite.config.overrides import apply_sets, describe_sets
+from suite.config.reading import apply_profile, profile_label, read_yaml, validate
 
-if TYPE_CHECKING:  # suite.sweep builds on this module's Strict base
-    from suite.sweep import SweepSpec
-
-
-def _not_a_bool(value: Any) -> Any:
-    # pydantic's lax mode reads `true` as 1.0; a YAML boolean is never a number here.
-    if isinstance(value, bool):
-        raise ValueError("Input should be a valid number, not a boolean")
-    return value
-
-
-# Integers and booleans are strict (no `true` as 1, no "3" or 1 as a boolean); floats stay lax so
-# that `5e-5`, which YAML 1.1 reads as a string, still means a number.
-Int = Annotated[int, StrictType()]
-Bool = Annotated[bool, StrictType()]
-Float = Annotated[float, BeforeValidator(_not_a_bool)]
-Seed = Annotated[int, StrictType(), Field(ge=0, lt=2**32)]  # numpy and Optuna seeds are uint32
-
-
-def kind(value: Any) -> str:
-    """What a YAML value is, in words ("a list", "an integer")."""
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list"}
-    if value is None:
-        return "null"
-    return names.get(type(value), "a mapping" if isinstance(value, dict) else f"a {type(value).__name__}")
+# The metric names each head computes (suite/model/metrics.py implements them): a spec is
+# checked against these without importing the heads or their libraries.
+METRICS_BY_HEAD: dict[str, set[str]] = {
+    "classification": {"accuracy", "matthews", "f1", "pearson", "spearman"},
+    "tagging": {"entity_f1", "entity_f1_strict", "precision", "recall"},
+    "span": {"exact_match", "f1"},
+}
 
 
 def _size(value: Any) -> int | str:
@@ -75,18 +47,6 @@ def _sizes(value: Any) -> list[int | str]:
 
 Size = Annotated[int | Literal["full"], PlainValidator(_size)]
 Sizes = Annotated[list[int | Literal["full"]], PlainValidator(_sizes)]
-
-
-class FieldError(ValueError):
-    """A cross-field check's failure, with the field (relative to the model raising it) to name."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _no_duplicates(values: list[Any] | None, what: str, field: str = "") -> None:
@@ -308,150 +268,12 @@ class TaskSpec(Strict):
             )
 
 
-def _deep_merge(base: dict, override: dict) -> dict:
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-_BREAKS = re.compile(r"[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
-
-
-def one_line(text: str) -> str:
-    """Escape line breaks (from YAML keys, values or paths): an error is always one line."""
-    return _BREAKS.sub(lambda m: repr(m.group())[1:-1], text)
-
-
-class _Loader(yaml.SafeLoader):
-    """`yaml.SafeLoader` that rejects a key given twice in one mapping (YAML keeps the last)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-            except TypeError:  # an unhashable key: the base loader reports it
-                break
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-def _yaml_error(path: Path, err: yaml.YAMLError) -> SpecError:
-    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-    where = f"{path}:{mark.line + 1}" if mark is not None else f"{path}"
-    problem = getattr(err, "problem", None) or getattr(err, "context", None) or str(err).splitlines()[0]
-    return SpecError(one_line(f"{where}: not valid YAML ({problem})"))
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise SpecError(one_line(f"{path}: spec file not found"))
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise SpecError(one_line(f"{path}:{line}: not UTF-8 text (byte {data[err.start]:#04x})")) from None
-    try:
-        raw = yaml.load(text, Loader=_Loader)  # a SafeLoader: plain data only, no Python tags
-    except yaml.YAMLError as err:
-        raise _yaml_error(path, err) from None
-    if not isinstance(raw, dict):
-        got = "an empty file" if raw is None else kind(raw)
-        raise SpecError(one_line(f"{path}: expected a mapping at the top level, got {got}"))
-    return raw
-
-
-def _validate(model: type[BaseModel], raw: dict, path: Path, where: str = "") -> Any:
-    try:
-        return model.model_validate(raw)
-    except ValidationError as err:
-        raise SpecError(one_line(f"{path}{where}: {describe(err)}")) from None
-
-
-def describe(err: ValidationError) -> str:
-    """The first error as "field 'a.b': message (+N more)"; a cross-field check names its field."""
-    first = err.errors()[0]
-    loc = [str(p) for p in first["loc"]]
-    cause = (first.get("ctx") or {}).get("error")
-    if isinstance(cause, FieldError) and cause.field:
-        loc.append(cause.field)
-    field = ".".join(loc) or "(top level)"
-    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    msg = first["msg"].removeprefix("Value error, ")
-    return f"field '{field}': {msg}{more}"
-
-
-def _profiles(raw: dict, path: Path) -> dict[str, dict]:
-    """The `profiles` block: profile name -> a mapping of overrides (null = no overrides)."""
-    profiles = raw.get("profiles")
-    if profiles is None:
-        return {}
-    if not isinstance(profiles, dict):
-        raise SpecError(
-            one_line(f"{path}: field 'profiles': expected a mapping of profile name to overrides")
-        )
-    for name, overrides in profiles.items():
-        if not isinstance(name, str):
-            raise SpecError(one_line(f"{path}: field 'profiles': profile names are strings, got {name!r}"))
-        if overrides is not None and not isinstance(overrides, dict):
-            raise SpecError(
-                one_line(
-                    f"{path}: field 'profiles.{name}': expected a mapping of overrides, got {kind(overrides)}"
-                )
-            )
-    return {name: overrides or {} for name, overrides in profiles.items()}
-
-
-def _apply_profile(raw: dict, profile: str | None, path: Path, required: bool) -> dict:
-    profiles = _profiles(raw, path)
-    raw = {k: v for k, v in raw.items() if k != "profiles"}
-    if profile is None or (profile not in profiles and (profile == "default" or not required)):
-        return raw
-    if profile not in profiles:
-        known = ", ".join(sorted(profiles)) or "none"
-        raise SpecError(one_line(f"{path}: field 'profiles': no profile {profile!r} (known: {known})"))
-    return _deep_merge(raw, profiles[profile])
-
-
-def profile_names(path: str | Path) -> list[str]:
-    path = Path(path)
-    return sorted(_profiles(read_yaml(path), path))
-
-
 def load_task(path: str | Path, profile: str | None = "default", sets: dict | None = None) -> TaskSpec:
     """A task profile sets data-side sizes (sizes, max_length, eval_limit); absent = the base.
     `sets` ({field path: value}, from `--set`) apply after the profile, before validation."""
-    from suite.overrides import apply_sets, describe_sets
-
     path = Path(path)
-    raw = apply_sets(_apply_profile(read_yaml(path), profile, path, required=False), sets)
-    return _validate(TaskSpec, raw, path, _where(profile) + describe_sets(sets))
-
-
-def load_sweep(path: str | Path, profile: str | None = "default", sets: dict | None = None) -> SweepSpec:
-    """A sweep profile sets the training side (hparams, space, seeds); it must exist in the sweep."""
-    from suite.overrides import SWEEP_PREFIX, apply_sets, describe_sets
-    from suite.sweep import SweepSpec
-
-    path = Path(path)
-    raw = apply_sets(_apply_profile(read_yaml(path), profile, path, required=True), sets, SWEEP_PREFIX)
-    return _validate(SweepSpec, raw, path, _where(profile) + describe_sets(sets, SWEEP_PREFIX))
-
-
-def _where(profile: str | None) -> str:
-    return f" (profile {profile})" if profile and profile != "default" else ""
+    raw = apply_sets(apply_profile(read_yaml(path), profile, path, required=False), sets)
+    return validate(TaskSpec, raw, path, profile_label(profile) + describe_sets(sets))
 
 
 def spec_hash(spec: BaseModel) -> str:

@@ -1,1 +1,3 @@
-"""Data: read task files, draw seeded small-data subsamples, tokenize once and cache."""
+"""Stage 2, data: read task files (local TSV/CSV/JSONL/CoNLL/SQuAD or a hub dataset), draw seeded
+small-data subsamples, tokenize once into cached features and batch them. Takes a `TaskSpec` and
+a data folder; gives features and a LightningDataModule."""

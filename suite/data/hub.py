@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from suite.config.task import DataSpec, HubSource
 from suite.errors import DataError
 from suite.provenance import file_sha256
-from suite.spec import DataSpec, HubSource
 
 HUB_PREFIX = "hub:"
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from suite.config.task import TaskSpec
 from suite.data.cache import cached, tokenizer_fingerprint
 from suite.data.classification import EVAL_SUBSAMPLE_SEED
 from suite.data.hub import SPAN_COLUMNS, data_origin, load_split, source_sha256, use_hub
@@ -24,7 +25,6 @@ from suite.data.subsample import subsample_indices
 from suite.data.tables import read_text, text_lines
 from suite.errors import DataError
 from suite.provenance import file_sha256
-from suite.spec import TaskSpec
 
 EVAL_POOL_LABEL = "held-out SQuAD-train questions (not the official SQuAD dev set)"
 

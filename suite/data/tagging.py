@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from suite.config.task import TaskSpec
 from suite.data.cache import cached, tokenizer_fingerprint
 from suite.data.classification import EVAL_SUBSAMPLE_SEED
 from suite.data.conll import TO_IOB2, Sentence, check_tags, read_conll
@@ -20,7 +21,6 @@ from suite.data.hub import TAGGING_COLUMNS, data_origin, load_split, source_sha2
 from suite.data.paths import local_file
 from suite.data.subsample import subsample_indices
 from suite.errors import DataError
-from suite.spec import TaskSpec
 
 IGNORE = -100
 Features = list[dict[str, Any]]

@@ -10,13 +10,13 @@ import lightning as L
 import torch
 from transformers import PreTrainedModel, get_linear_schedule_with_warmup
 
+from suite.config.sweep import HParams
 from suite.data.pieces import split_batch
 from suite.errors import TrialDiverged
 from suite.faults import reach
-from suite.models import encoder_inputs
-from suite.optim import make_optimizer
-from suite.stabilisers import lr_multipliers
-from suite.sweep import HParams
+from suite.model.encoders import encoder_inputs
+from suite.model.optim import make_optimizer
+from suite.model.stabilisers import lr_multipliers
 
 
 class EncoderModule(L.LightningModule):

@@ -25,11 +25,11 @@ import torch
 from torch import nn
 from transformers import AutoModelForSequenceClassification, PreTrainedModel
 
+from suite.config.sweep import HParams
 from suite.errors import SpecError
 from suite.heads.base import EncoderModule
-from suite.metrics import classification_scores
-from suite.models import drop_pooler, encoder_inputs
-from suite.sweep import HParams
+from suite.model.encoders import drop_pooler, encoder_inputs
+from suite.model.metrics import classification_scores
 
 Classifier = Literal["auto", "pooler", "cls", "mean"]
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from transformers import DataCollatorWithPadding, PreTrainedModel
 
-from suite import stabilisers
+from suite.config.sweep import HParams
+from suite.config.task import TaskSpec
 from suite.data.classification import ClassificationData
 from suite.data.squad import QAData
 from suite.data.tagging import TaggingData, assemble, collate_tagging
@@ -19,16 +20,15 @@ from suite.heads.base import EncoderModule
 from suite.heads.classification import ClassificationModule
 from suite.heads.span import SpanModule, best_answers, collate_span
 from suite.heads.tagging import TaggingModule
-from suite.metrics import (
+from suite.model import stabilisers
+from suite.model.encoders import default_head
+from suite.model.metrics import (
     entity_scores,
     sentence_entity_counts,
     squad_per_question,
     squad_scores,
     trivial_baseline,
 )
-from suite.models import default_head
-from suite.spec import TaskSpec
-from suite.sweep import HParams
 
 
 @dataclass
@@ -57,7 +57,7 @@ def _classification(spec: TaskSpec, root: Path | None, tokenizer: Any) -> Prepar
 
     def build(task: PreparedTask, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
         classifier = spec.classifier if hparams.classifier == "task" else hparams.classifier
-        if classifier == "model":  # a spec used without `prepare.load_specs` (the API, tests)
+        if classifier == "model":  # a spec used without `study.setup.load_specs` (the API, tests)
             classifier = default_head(encoder.name_or_path)
         return ClassificationModule(
             encoder, hparams, data.num_labels, names, regression=spec.regression, classifier=classifier

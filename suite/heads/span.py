@@ -16,9 +16,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from suite.config.sweep import HParams
 from suite.heads.base import EncoderModule
-from suite.models import drop_pooler
-from suite.sweep import HParams
+from suite.model.encoders import drop_pooler
 
 Scorer = Callable[[dict[int, np.ndarray], dict[int, np.ndarray]], tuple[dict[str, float], dict[str, list]]]
 

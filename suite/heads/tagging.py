@@ -21,11 +21,11 @@ from torch import nn
 from torchcrf import CRF
 from transformers import PreTrainedModel
 
+from suite.config.sweep import HParams
 from suite.data.tagging import IGNORE
 from suite.errors import SpecError
 from suite.heads.base import EncoderModule
-from suite.models import drop_pooler
-from suite.sweep import HParams
+from suite.model.encoders import drop_pooler
 
 Scorer = Callable[[list[tuple[int, int, list[int]]]], tuple[dict[str, float], dict[str, list]]]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import os
 from pathlib import Path
@@ -56,6 +57,7 @@ def default_head(name: str) -> str:
     return "auto"
 
 
+@functools.cache  # one resolution per name and process: setup, identity and loading share it
 def resolve(name: str) -> str:
     """An alias, a local folder or a hub id -> what `from_pretrained` takes."""
     target = ALIASES.get(name, name)

@@ -26,8 +26,8 @@ from typing import Any
 from torch import nn
 from transformers import PreTrainedModel
 
+from suite.config.sweep import HParams, SweepSpec
 from suite.errors import SpecError
-from suite.sweep import HParams, SweepSpec
 
 LAYER_LISTS = ("encoder.layer", "transformer.layer", "layers")
 ABOVE_TOP = ("pooler.", "final_norm.")  # applied after the last layer: trained at the base rate

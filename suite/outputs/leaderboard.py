@@ -18,7 +18,9 @@ from typing import Any
 import jsonschema
 
 from suite import __version__
-from suite.comparability import (
+from suite.errors import SuiteError
+from suite.provenance import git_commit
+from suite.stats.comparability import (
     RANK_FIELDS,
     data_digest,
     rank_group_key,
@@ -26,11 +28,9 @@ from suite.comparability import (
     subsample_note,
     subsample_sd,
 )
-from suite.errors import SuiteError
-from suite.examples import example_summary
-from suite.provenance import git_commit
-from suite.records import load_run, runs, setting_key
-from suite.statistics import gap_to_reported, hyperparameter_importance, summarize
+from suite.stats.examples import example_summary
+from suite.stats.summary import gap_to_reported, hyperparameter_importance, summarize
+from suite.study.records import load_run, runs, setting_key
 
 SCHEMA_VERSION = 4
 RANKING_RULE = (
@@ -240,7 +240,7 @@ def size_order(size: Any) -> tuple[int, int]:
 def write_leaderboard(sources: list[str | Path], out: Path) -> dict[str, Any]:
     """Merge the studies of the given run folders (each folder's own study, read from its
     run.json and trials.jsonl), validate, write atomically."""
-    from suite.study import write_atomic
+    from suite.study.storage import write_atomic
 
     document = build([load_run(source) for source in sources])
     validate(document, str(out))

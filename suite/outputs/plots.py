@@ -20,9 +20,9 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.text import Text
 
-from suite.leaderboard import size_order
-from suite.records import runs, setting_key, setting_labels
-from suite.statistics import expected_max
+from suite.outputs.leaderboard import size_order
+from suite.stats.summary import expected_max
+from suite.study.records import runs, setting_key, setting_labels
 
 sns.set_theme(style="whitegrid", context="notebook")
 

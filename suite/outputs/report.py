@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from suite.config.resources import shipped_dir
 from suite.errors import SuiteError
-from suite.resources import shipped_dir
 
 TEMPLATE = shipped_dir("analysis") / "variance_report.ipynb"  # shipped inside the wheel too
 
@@ -17,7 +17,7 @@ def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) 
     from nbclient.exceptions import CellExecutionError
     from nbconvert import HTMLExporter
 
-    from suite.leaderboard import write_leaderboard
+    from suite.outputs.leaderboard import write_leaderboard
 
     run_dir = Path(run_dir).resolve()
     if not (run_dir / "trials.jsonl").is_file():

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from suite.leaderboard import rank, read_leaderboard
+from suite.outputs.leaderboard import rank, read_leaderboard
 
 WIDTH, HEIGHT, PAD = 220, 34, 6  # the distribution plot, in px
 
@@ -157,7 +157,7 @@ def build_rows(paths: list[Path]) -> list[dict[str, Any]]:
 
 def render(rows: list[dict[str, Any]], sources: list[str]) -> str:
     """The page: data as JSON in the page (`</` escaped), the hand-written CSS and JS inlined."""
-    from suite.site_assets import CONTROLS, CSS, JS
+    from suite.outputs.site_assets import CONTROLS, CSS, JS
 
     data = json.dumps(rows, sort_keys=True).replace("</", "<\\/")
     title = "suite leaderboard"
@@ -175,7 +175,7 @@ def render(rows: list[dict[str, Any]], sources: list[str]) -> str:
 
 def write_site(paths: list[Path], out: Path) -> Path:
     """Write `out/index.html` for the given leaderboards; returns its path."""
-    from suite.study import write_atomic
+    from suite.study.storage import write_atomic
 
     rows = build_rows(paths)
     out.mkdir(parents=True, exist_ok=True)

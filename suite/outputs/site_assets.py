@@ -1,4 +1,4 @@
-"""The leaderboard page's hand-written CSS, controls and JS (inlined by suite/site.py)."""
+"""The leaderboard page's hand-written CSS, controls and JS (inlined by suite/outputs/site.py)."""
 
 CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -138,7 +138,7 @@ JS = """
     const ci = row.failure_ci ? [100 * row.failure_ci[0], 100 * row.failure_ci[1]] : null;
     cell(tr, "num", withInterval(num(rate, 0) + "%", ci, 0, "%"));
     const plot = cell(tr, "dist", "");
-    plot.innerHTML = row.svg;  // built by suite/site.py from numbers only
+    plot.innerHTML = row.svg;  // built by suite/outputs/site.py from numbers only
     cell(tr, "", reported(row));
     cell(tr, "group", row.group);
     cell(tr, "group", row.board);

@@ -1,15 +1,15 @@
 """`suite compare RUN_A RUN_B`: two studies side by side, per shared (size, setting) block.
 
 All across seeds (runs), never across the examples of one dev set, and never pooled over sizes or
-settings (suite.blocks). Within a block:
+settings (suite.stats.blocks). Within a block:
 - independent runs of one subsample on both sides (exchangeable under "no effect"): Mann-Whitney,
   a permutation test of the difference in medians, the Hodges-Lehmann shift with its Moses 95%
   interval, Brown-Forsythe's spread statistic by permutation, Fisher's exact test on failures;
 - runs that share seeds (a crossed init x order grid, several subsample seeds): the difference in
-  means tested on seed units (suite.paired), for scores and failures; no spread test;
+  means tested on seed units (suite.stats.paired), for scores and failures; no spread test;
 - paired, when both studies ran the same seeds: the Wilcoxon signed-rank test on independent pairs,
   else the seed-unit test on the paired differences (the seeds' shared effects cancel).
-Every test knows its smallest attainable p at its n (suite.decidable) and says "cannot decide"
+Every test knows its smallest attainable p at its n (suite.stats.decidable) and says "cannot decide"
 instead of printing a p it could never get below 0.05.
 """
 
@@ -23,14 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from suite import blocks as bk
-from suite import decidable as dc
-from suite import exact
 from suite.errors import SuiteError
-from suite.paired import failed, pair_up, paired_units, score, unpaired_units
-from suite.records import load_run, outcome, runs
-from suite.statistics import spread
-from suite.uncertainty import intervals, layout, wilson
+from suite.stats import blocks as bk
+from suite.stats import decidable as dc
+from suite.stats import exact
+from suite.stats.paired import failed, pair_up, paired_units, score, unpaired_units
+from suite.stats.summary import spread
+from suite.stats.uncertainty import intervals, layout, wilson
+from suite.study.records import load_run, outcome, runs
 
 Record = dict[str, Any]
 MATCHED_ON = "seeds, size and setting"

@@ -1,6 +1,6 @@
 """Random-effects variance components of one setting's scores: how much of the spread comes from
 the init seed, the data-order seed, the subsample draw and the rest (DESIGN.md s4), estimated for
-the seed design the sweep actually ran (one run per cell; `suite.uncertainty.layout` finds it):
+the seed design the sweep actually ran (one run per cell; `suite.stats.uncertainty.layout` finds it):
 
 - crossed, shared seeds (the sweep's grid: the same init and order seeds under every subsample
   seed): subsample x init x order fully crossed with the two-way interactions; the three-way one
@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from suite.uncertainty import Layout, Record, by_setting, layout
+from suite.stats.uncertainty import Layout, Record, by_setting, layout
 
 ALPHA = 0.025  # each tail of a 95% interval
 SHARE_WIDTH = 0.5  # a share interval at least this wide does not bound the share

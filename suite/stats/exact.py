@@ -3,7 +3,7 @@ thousands in the calibration tests), and the distribution-free shift intervals.
 
 Why permutation tests: with independent runs of one setting the runs are exchangeable under "no
 effect", so a test over all C(m + n, m) splits of the pooled runs (or a random sample of them) is
-exact at any n, ties included; its smallest two-sided p is 2 / C(m + n, m) (suite.decidable).
+exact at any n, ties included; its smallest two-sided p is 2 / C(m + n, m) (suite.stats.decidable).
 Brown-Forsythe's parametric F is not: with 4 runs a side it rejected 6.8% of normal and 14.5% of
 collapsing null studies, 7.4% at 8 (two middle deviations from an even-n median are always equal),
 and at 3 it never rejected; its statistic under permutation is exact (<= 5.3% measured).
@@ -20,7 +20,7 @@ from functools import cache
 import numpy as np
 from scipy import stats
 
-from suite import decidable
+from suite.stats import decidable
 
 ALPHA = decidable.ALPHA
 RESAMPLES = 20_000  # enumerate every split (sign pattern) up to this many, else draw this many

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from suite.metrics import classification_scores
+from suite.model.metrics import classification_scores
 
 RESAMPLES = 1000
 

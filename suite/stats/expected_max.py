@@ -17,7 +17,7 @@ import numpy as np
 from scipy import integrate, stats
 from scipy.special import gammaln
 
-from suite.uncertainty import (
+from suite.stats.uncertainty import (
     Layout,
     Record,
     by_setting,

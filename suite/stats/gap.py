@@ -4,7 +4,7 @@ our expected max at k with an exact rank test; a single run with the same test a
 against the CI of our own N-run median, which shrinks with N.
 
 Two honesty rules (DESIGN.md s4, small N): a rank test that cannot reach p < 0.05 in the direction
-the reported number lies says so and gives the runs it needs (suite.decidable), and the sampling
+the reported number lies says so and gives the runs it needs (suite.stats.decidable), and the sampling
 error of our evaluation subsample (`eval_sd`) widens every reference it can enter.
 """
 
@@ -19,9 +19,9 @@ import numpy as np
 from scipy import stats
 from scipy.special import comb
 
-from suite.decidable import runs_needed, verdict
-from suite.expected_max import expected_max
-from suite.uncertainty import (
+from suite.stats.decidable import runs_needed, verdict
+from suite.stats.expected_max import expected_max
+from suite.stats.uncertainty import (
     Layout,
     Record,
     Statistic,

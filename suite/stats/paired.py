@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from suite.decidable import verdict
-from suite.records import outcome
-from suite.uncertainty import layout
+from suite.stats.decidable import verdict
+from suite.stats.uncertainty import layout
+from suite.study.records import outcome
 
 Record = dict[str, Any]
 Value = Callable[[Record], float]

@@ -1,11 +1,11 @@
 """The recipe table: the recipes of one study side by side, in the shape of Mosbach et al. 2021
 Table 1 and Zhang et al. 2021 Table 2, each against a reference recipe, per (size, setting): a
 recipe that itself spans several settings (recipes on a grid) gives one row per setting, never a
-pooled one (suite.blocks; the hyperparameters a recipe sets are what is compared).
+pooled one (suite.stats.blocks; the hyperparameters a recipe sets are what is compared).
 
 Per recipe (failed runs scored, as the papers count them; a diverged run has no score): the
 failure rate with its Wilson interval; median, IQR and std with design-bootstrap intervals.
-Against the reference, all across seeds, through the tests of `suite compare` (suite.compare):
+Against the reference, all across seeds, through the tests of `suite compare` (suite.stats.compare):
 - failure rate: the difference and Fisher's exact test (independent runs; on a crossed grid the
   seed-unit test), and the power Fisher's test had, at these run counts, to detect a recipe that
   halves the reference's failure rate (exact, by enumeration);
@@ -26,13 +26,13 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from suite import blocks as bk
-from suite.compare import exchangeable, failure_test, hodges_lehmann, paired, scored_values, spread_test
-from suite.decidable import text
 from suite.errors import SuiteError
-from suite.paired import unpaired_units
-from suite.records import outcome, runs
-from suite.uncertainty import intervals
+from suite.stats import blocks as bk
+from suite.stats.compare import exchangeable, failure_test, hodges_lehmann, paired, scored_values, spread_test
+from suite.stats.decidable import text
+from suite.stats.paired import unpaired_units
+from suite.stats.uncertainty import intervals
+from suite.study.records import outcome, runs
 
 ALPHA = 0.05
 Record = dict[str, Any]

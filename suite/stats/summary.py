@@ -2,7 +2,7 @@
 
 Every interval here is *across seeds/runs*: it says how much a re-run of the study would move,
 not the per-example sampling error of one run's dev score. The design-aware machinery (which
-units a bootstrap resamples, intervals, variance components) is in suite/uncertainty.py.
+units a bootstrap resamples, intervals, variance components) is in suite/stats/uncertainty.py.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from suite.components import variance_components
-from suite.expected_max import LOWER_BOUND, WITH_REPLACEMENT, WITHOUT_REPLACEMENT, expected_max
-from suite.gap import gap_to_reported, our_variance
-from suite.records import counts, outcome, runs
-from suite.uncertainty import Z95, Layout, by_setting, intervals, layout
+from suite.stats.components import variance_components
+from suite.stats.expected_max import LOWER_BOUND, WITH_REPLACEMENT, WITHOUT_REPLACEMENT, expected_max
+from suite.stats.gap import gap_to_reported, our_variance
+from suite.stats.uncertainty import Z95, Layout, by_setting, intervals, layout
+from suite.study.records import counts, outcome, runs
 
 __all__ = [  # expected_max and gap_to_reported live in their own modules; imported from here too
     "LOWER_BOUND",
@@ -68,7 +68,7 @@ def bootstrap_ci(
     resamples: int = 5000,
 ) -> tuple[float, float] | None:
     """Seeded percentile-bootstrap CI of the median or mean over exchangeable runs (one subsample,
-    independent seeds). For crossed grids use suite.uncertainty.intervals, which resamples seeds."""
+    independent seeds). For crossed grids use suite.stats.uncertainty.intervals, which resamples seeds."""
     x = _finite(scores)
     if x.size < 2:
         return None

@@ -2,7 +2,7 @@
 resampling unit follows the seed design, and intervals that name that unit, calibrated by
 simulation at the 3-10 runs the default profiles use (small-N honesty: a median of 3 runs next
 to one of them gets a t floor, and no interval where a few runs all tie). The predictive
-distribution of a k-run statistic (same-n comparisons) is in suite.gap.
+distribution of a k-run statistic (same-n comparisons) is in suite.stats.gap.
 
 Why the unit matters: on a crossed init x order grid every cell shares its init effect with its
 row and its order effect with its column. Resampling cells as if independent makes intervals far
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from suite.records import outcome
+from suite.study.records import outcome
 
 Record = dict[str, Any]
 Statistic = str | Callable[[np.ndarray], float]

@@ -1,114 +1,33 @@
-"""A study: the planned trials of (task, model, sweep, profile) as a queue in an Optuna storage,
-run by one or many workers, and exported as records.
+"""A study's plan as a queue: every planned (setting, size, seeds) of (task, model, sweep, profile)
+queued once in the Optuna storage, what the storage holds of it, and its trials' records.
 
-The `run` command is the only planner: it enqueues every planned (setting, size, seeds) that
-the storage does not hold yet. Workers only pop queued trials, so each planned trial runs
-once however many workers share the storage. A worker that dies mid-trial stops sending
-heartbeats; the next worker to look re-queues its trial (same hyperparameters and seeds).
-TPE settings cannot be planned up front: a worker with an empty queue asks the sampler for a
-new setting, runs its first seed replicate and queues the others.
+The `run` command is the only planner: it enqueues every planned trial the storage does not hold
+yet. Workers only pop queued trials (suite/study/work.py), so each planned trial runs once however
+many workers share the storage. A worker that dies mid-trial stops sending heartbeats; the next
+worker to look re-queues its trial (same hyperparameters and seeds). TPE settings cannot be
+planned up front: a worker with an empty queue asks the sampler for a new setting, runs its first
+seed replicate and queues the others.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import time
 import warnings
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
+from suite.config.sweep import SweepSpec, seed_grid
+from suite.config.task import TaskSpec
 from suite.errors import SuiteError
-from suite.faults import reach
-from suite.heads.registry import PreparedTask
-from suite.records import final_records, outcome
-from suite.spec import TaskSpec
-from suite.sweep import SweepSpec, seed_grid
-from suite.trial import Seeds, TrialPlan, run_trial
-from suite.trial_queue import fail_dead_trials, pop_planned, queue_lock
+from suite.study.records import final_records, outcome
+from suite.study.storage import open_storage
+from suite.training.trial import Seeds, TrialPlan
 
 # Heartbeats, stale-trial retry and QMC are marked experimental by Optuna; they are what a
 # shared study needs, so their warnings are silenced here once.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-
-HEARTBEAT_ENV = "SUITE_HEARTBEAT_S"  # seconds between heartbeats; stale after 3 missed
-
-
-def model_slug(model: str) -> str:
-    name = Path(model).name if "/" in model and Path(model).exists() else model
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
-
-
-def run_folder(out: Path, task: TaskSpec, model: str) -> Path:
-    return out / task.name / model_slug(model)
-
-
-def sqlite_url(folder: Path) -> str:
-    return f"sqlite:///{Path(folder).resolve() / 'study.db'}"
-
-
-def storage_of(source: str | Path) -> str:
-    """A storage URL as given, or the storage behind a run folder (its study.db, else the URL
-    its run.json names)."""
-    text = str(source)
-    if "://" in text or text.startswith("journal:"):
-        return text
-    folder = Path(source)
-    if (folder / "study.db").is_file():
-        return sqlite_url(folder)
-    info = folder / "run.json"
-    if info.is_file() and "***" not in (url := json.loads(info.read_text()).get("storage", "***")):
-        return url
-    raise SuiteError(f"{folder}: no study.db here (expected a runs/<task>/<model> folder or a storage URL)")
-
-
-def public_url(url: str) -> str:
-    """A storage URL without its password, for records and messages."""
-    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
-
-
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An RDB URL (sqlite, postgresql, mysql) with heartbeats, or `journal:PATH` for a journal file."""
-    if url.startswith("journal:"):
-        from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-        return JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
-    if not url.startswith(("sqlite:", "postgresql", "mysql")):
-        raise SuiteError(
-            f"--storage {public_url(url)!r}: expected sqlite:///, postgresql://, mysql:// or journal:PATH"
-        )
-    heartbeat = int(os.environ.get(HEARTBEAT_ENV, "30"))
-    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    try:
-        return optuna.storages.RDBStorage(
-            url,
-            engine_kwargs=engine,
-            heartbeat_interval=heartbeat,
-            grace_period=3 * heartbeat,
-            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
-        )
-    except Exception as err:  # SQLAlchemy raises many kinds for a bad URL or a down server
-        raise SuiteError(f"--storage {public_url(url)!r}: cannot open ({str(err).splitlines()[0]})") from None
-
-
-def open_study(
-    storage: optuna.storages.BaseStorage, name: str, sweep: SweepSpec, maximize: bool
-) -> optuna.Study:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.create_study(
-        storage=storage,
-        study_name=name,
-        direction="maximize" if maximize else "minimize",
-        sampler=sweep.make_sampler(),
-        pruner=sweep.make_pruner(),
-        load_if_exists=True,
-    )
 
 
 def replicate_plans(task: TaskSpec, sweep: SweepSpec, values: dict[str, Any]) -> list[TrialPlan]:
@@ -122,10 +41,7 @@ def plan_trials(task: TaskSpec, sweep: SweepSpec) -> list[TrialPlan]:
     return [p for values in sweep.settings() for p in replicate_plans(task, sweep, values)]
 
 
-MAX_ATTEMPTS = 2  # an errored trial is retried once with the same seeds
-
-
-def _attrs(plan: TrialPlan, values: dict[str, Any], attempt: int = 1) -> dict[str, Any]:
+def trial_attrs(plan: TrialPlan, values: dict[str, Any], attempt: int = 1) -> dict[str, Any]:
     """Everything a worker needs to run a planned trial, and the trial's full setting as flat
     scalars (`hp.lr`, `seed.init`, ...): optuna-dashboard shows those as sortable columns, while
     a trial's params are only its searched values (none at all in a seeds-only study)."""
@@ -142,7 +58,7 @@ def _attrs(plan: TrialPlan, values: dict[str, Any], attempt: int = 1) -> dict[st
     }
 
 
-def _planned_attrs(trial: optuna.trial.FrozenTrial | optuna.Trial, attempt: int) -> dict[str, Any]:
+def retry_attrs(trial: optuna.trial.FrozenTrial | optuna.Trial, attempt: int) -> dict[str, Any]:
     """A trial's plan to queue again (a retry): its attributes without its old record."""
     return {**{k: v for k, v in trial.user_attrs.items() if k != "record"}, "attempt": attempt}
 
@@ -182,115 +98,15 @@ def enqueue_plan(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> int:
         keyed = [t for t in trials if "key" in t.user_attrs]
         todo = {t.user_attrs["key"]: t for t in keyed if t.user_attrs["key"] not in held}
         for t in todo.values():
-            study.enqueue_trial(
-                t.user_attrs["setting"], user_attrs=_planned_attrs(t, 1), skip_if_exists=False
-            )
+            study.enqueue_trial(t.user_attrs["setting"], user_attrs=retry_attrs(t, 1), skip_if_exists=False)
         return len(todo)
     added = 0
     for values in sweep.settings():
         for plan in replicate_plans(task, sweep, values):
             if plan.key not in held:
-                study.enqueue_trial(values, user_attrs=_attrs(plan, values), skip_if_exists=False)
+                study.enqueue_trial(values, user_attrs=trial_attrs(plan, values), skip_if_exists=False)
                 added += 1
     return added
-
-
-def _propose(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> optuna.Trial:
-    """TPE: a new setting from the sampler; this trial runs its first replicate, the rest queue."""
-    trial = study.ask({k: p.distribution() for k, p in sweep.space.items()})
-    if "key" in trial.user_attrs:  # another worker queued trials meanwhile: run that one
-        return trial
-    values = dict(trial.params)
-    first, *rest = replicate_plans(task, sweep, values)
-    for name, value in _attrs(first, values).items():
-        trial.set_user_attr(name, value)
-    for plan in rest:
-        study.enqueue_trial(values, user_attrs=_attrs(plan, values), skip_if_exists=False)
-    return trial
-
-
-def _settings_proposed(trials: list[optuna.trial.FrozenTrial]) -> int:
-    return len(
-        {json.dumps(t.user_attrs.get("setting"), sort_keys=True) for t in trials if "key" in t.user_attrs}
-    )
-
-
-def work(
-    study: optuna.Study,
-    task: PreparedTask,
-    model: str,
-    sweep: SweepSpec,
-    stamp: dict[str, Any],
-    trainer: dict[str, Any] | None = None,
-    progress: bool = True,
-    on_done: Any = None,
-) -> int:
-    """Run queued trials until the study is complete; returns how many this worker ran.
-
-    Waits while other workers' trials are running: a dead worker's trial turns stale after its
-    grace period and comes back to the queue.
-    """
-    from optuna.storages._heartbeat import get_heartbeat_thread  # the heartbeat optimize() uses
-
-    ran = 0
-    heartbeat = int(os.environ.get(HEARTBEAT_ENV, "30"))
-    while True:
-        fail_dead_trials(study)
-        with queue_lock(study):
-            trial = pop_planned(study)
-            trials = study.get_trials(deepcopy=False)
-            if trial is None and sweep.adaptive and _settings_proposed(trials) < sweep.budget:
-                trial = _propose(study, task.spec, sweep)
-        if trial is None:
-            if any(t.state == TrialState.RUNNING for t in trials):
-                time.sleep(min(heartbeat, 5))
-                continue
-            return ran
-        with get_heartbeat_thread(trial._trial_id, study._storage):
-            try:
-                record = _run_one(trial, task, model, sweep, stamp, trainer, progress)
-            except SuiteError as err:  # a user error inside a trial stops the study, not a run
-                trial.set_user_attr("record", {**trial.user_attrs, "outcome": "errored", "reason": str(err)})
-                study.tell(trial, state=TrialState.FAIL)
-                raise
-        _tell(study, trial, record, task.baseline[task.spec.metric.main])
-        if outcome(record) == "errored" and record["attempt"] < MAX_ATTEMPTS:
-            attrs = _planned_attrs(trial, record["attempt"] + 1)
-            study.enqueue_trial(attrs["setting"], user_attrs=attrs, skip_if_exists=False)
-        ran += 1
-        if on_done is not None:
-            on_done(record)
-
-
-def _run_one(
-    trial: optuna.Trial,
-    task: PreparedTask,
-    model: str,
-    sweep: SweepSpec,
-    stamp: dict[str, Any],
-    trainer: dict[str, Any] | None,
-    progress: bool,
-) -> dict[str, Any]:
-    attrs = trial.user_attrs
-    for name, param in sweep.space.items():  # register the params so samplers learn from every trial
-        param.suggest(trial, name)
-    plan = TrialPlan(attrs["size"], sweep.hparams_for(attrs["setting"]), Seeds(**attrs["seeds"]))
-    pruning = trial if sweep.pruner.type != "none" else None
-    record = run_trial(task, model, plan, progress=progress, trainer=trainer, pruning_trial=pruning)
-    return {**record, **stamp, "trial_number": trial.number, "attempt": attrs.get("attempt", 1)}
-
-
-def _tell(study: optuna.Study, trial: optuna.Trial, record: dict[str, Any], baseline: float) -> None:
-    """Samplers learn from runs only: a diverged run is told as the trivial baseline's score
-    (a poor result), an errored trial as FAIL (Optuna's samplers skip it)."""
-    trial.set_user_attr("record", record)
-    kind = outcome(record)
-    if kind == "pruned":
-        study.tell(trial, state=TrialState.PRUNED)
-    elif kind == "errored":
-        study.tell(trial, state=TrialState.FAIL)
-    else:
-        study.tell(trial, record["score"] if record["score"] is not None else baseline)
 
 
 def study_records(study: optuna.Study) -> list[dict[str, Any]]:
@@ -321,24 +137,3 @@ def export_studies(
             raise SuiteError(f"--study {name!r}: no such study in this storage") from None
         out.append((loaded.user_attrs.get("run_info", {}), study_records(loaded)))
     return out
-
-
-def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
-    """Atomic write: a crash mid-write never leaves a truncated trials file."""
-    write_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write a temporary file beside `path`, then rename it into place; a full disk or an
-    unwritable folder is one line naming the file."""
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        reach("outputs_write")
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise SuiteError(
-            f"{path}: cannot write ({err.strerror or err}); the trials are kept in the "
-            "storage: rerun the same command after the fix to write the outputs"
-        ) from None

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from suite.config.sweep import SweepSpec, seed_grid
 from suite.data.hub import source_sha256
 from suite.errors import DataError, SpecError, SuiteError
 from suite.heads.registry import PreparedTask
-from suite.sweep import SweepSpec, seed_grid
 
 
 def check_planned_inputs(task: PreparedTask, sweep: SweepSpec, spec_path: str | Path) -> None:

@@ -1,44 +1,48 @@
-"""What `run` and `plan` share: the specs after every override, and a study as `run` would run
-it (model, data, pre-flight, fingerprint, folder, storage URL, name), before anything is written."""
+"""The one setup path of `run`, `plan` and `worker`: a `Request` resolved once into the study it
+asks for (specs after every override, model, workers, threads, trainer, data, pre-flight,
+fingerprint, folder, storage URL, name), checked before anything is written."""
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from suite.config.overrides import parse_sets
+from suite.config.request import Request
+from suite.config.resources import resolve, resolve_sweep_path
+from suite.config.sweep import SweepSpec, load_sweep
+from suite.config.task import TaskSpec, load_task
 from suite.data.paths import data_dir
-from suite.devices import resolve_trainer, resolve_workers
 from suite.errors import SpecError
-from suite.spec import TaskSpec, load_sweep, load_task
-from suite.sweep import SweepSpec
+from suite.model.devices import resolve_trainer, resolve_workers
 
 
-def load_specs(args: argparse.Namespace) -> tuple[Path, TaskSpec, Path, SweepSpec]:
+def load_specs(request: Request) -> tuple[Path, TaskSpec, Path, SweepSpec]:
     """The task (a file or a name) and its sweep, with the profile, `--set` overrides, `--size`,
     `--seeds` and `--eval-split` applied and validated: what `run` and `plan` use."""
-    from suite.overrides import parse_sets
-    from suite.resources import resolve, resolve_sweep_path
-
-    task_sets, sweep_sets = parse_sets(args.set)
-    task_path = resolve(args.task, "tasks", "task")
-    task = load_task(task_path, args.profile, task_sets)
+    if request.task is None:
+        raise SpecError("no task given")
+    task_sets, sweep_sets = parse_sets(list(request.sets))
+    task_path = resolve(request.task, "tasks", "task")
+    task = load_task(task_path, request.profile, task_sets)
     sweep_path = (
-        resolve(args.sweep, "sweeps", "--sweep") if args.sweep else resolve_sweep_path(task_path, task.sweep)
+        resolve(request.sweep, "sweeps", "--sweep")
+        if request.sweep
+        else resolve_sweep_path(task_path, task.sweep)
     )
-    sweep = load_sweep(sweep_path, args.profile, sweep_sets)
-    task, sweep = apply_overrides(task, sweep, args.size, args.seeds)
-    if args.eval_split:
-        task = TaskSpec.model_validate({**task.model_dump(), "eval_split": args.eval_split})
-    return task_path, with_model_head(task, args.model or task.model), sweep_path, sweep
+    sweep = load_sweep(sweep_path, request.profile, sweep_sets)
+    task, sweep = apply_overrides(task, sweep, list(request.sizes), request.seeds)
+    if request.eval_split:
+        task = TaskSpec.model_validate({**task.model_dump(), "eval_split": request.eval_split})
+    return task_path, with_model_head(task, request.model or task.model), sweep_path, sweep
 
 
 def with_model_head(task: TaskSpec, model: str) -> TaskSpec:
     """`classifier: model` made concrete for the model that runs, so the study's record and
     fingerprint name the head that trained (a changed default is then a changed study)."""
-    from suite.models import default_head
+    from suite.model.encoders import default_head
 
     if task.classifier != "model":
         return task
@@ -70,75 +74,102 @@ def _int_size(text: str) -> int:
     return value
 
 
-def trainer_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Lightning Trainer options given on the command line (`resolve_trainer` completes them)."""
-    names = ("accelerator", "devices", "strategy", "precision")
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+@dataclass(frozen=True)
+class Setup:
+    """A study as the request asks for it, resolved once and checked before anything is written."""
 
-
-@dataclass
-class StudySetup:
-    """A study as `run` would run it, checked before anything is written: `run` and `plan`."""
-
-    task_path: Path
+    request: Request
     task: TaskSpec
     sweep: SweepSpec
     model: str
     prepared: Any  # PreparedTask
+    workers: int  # local worker processes
     threads: int  # per worker: part of the study's identity
     trainer: dict[str, Any]
     fingerprint: dict[str, Any]
-    folder: Path
     url: str
     name: str
+    folder: Path | None = None  # the run folder (`run`, `plan`); a joining worker writes none
 
 
-def setup_study(args: argparse.Namespace) -> StudySetup:
-    """Specs, model, data and pre-flight of every planned trial; the study's fingerprint,
-    folder, storage URL and name. Reads only (and fills the feature cache)."""
-    if args.offline:
+def setup_study(request: Request) -> Setup:
+    """`run` and `plan`: specs from files, then model, data and pre-flight of every planned trial;
+    the study's fingerprint, folder, storage URL and name. Reads only (and fills the feature cache)."""
+    from suite.study.storage import run_folder, sqlite_url
+
+    task_path, task, sweep_path, sweep = load_specs(request)
+    model = request.model or task.model
+    trainer = resolve_trainer(request.trainer)
+    workers = resolve_workers(request.workers, trainer, request.threads)
+    threads = max(1, request.threads // workers)
+    prepared, fingerprint = _checked(request, task, sweep, model, threads, trainer, task_path, sweep_path)
+    folder = run_folder(request.out, task, model)
+    name = request.study or f"{task.name}|{model}|{sweep.name}|{request.profile}"
+    url = request.storage or sqlite_url(folder)
+    return Setup(
+        request, task, sweep, model, prepared, workers, threads, trainer, fingerprint, url, name, folder
+    )
+
+
+def join_study(request: Request, info: dict[str, Any]) -> Setup:
+    """`worker`: the specs, model and trainer options stored with the study (`info`, its run
+    info), this machine's data and threads; the same checks and fingerprint as `setup_study`."""
+    if request.storage is None or request.study is None:
+        raise SpecError("a worker needs --storage and --study")
+    task, sweep = TaskSpec.model_validate(info["task"]), SweepSpec.model_validate(info["sweep"])
+    trainer = resolve_trainer({**info.get("trainer", {}), **request.trainer})
+    where = f"study {request.study}"
+    prepared, fingerprint = _checked(
+        request, task, sweep, info["model"], request.threads, trainer, where, where
+    )
+    return Setup(
+        request,
+        task,
+        sweep,
+        info["model"],
+        prepared,
+        1,
+        request.threads,
+        trainer,
+        fingerprint,
+        request.storage,
+        request.study,
+    )
+
+
+def _checked(
+    request: Request,
+    task: TaskSpec,
+    sweep: SweepSpec,
+    model: str,
+    threads: int,
+    trainer: dict[str, Any],
+    task_where: Any,
+    sweep_where: Any,
+) -> tuple[Any, dict[str, Any]]:
+    """The prepared task after the model, the sweep's stabilisers and every planned input are
+    checked, and the study's fingerprint."""
+    if request.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
     from suite.heads.registry import prepare_task
-    from suite.models import load_encoder, load_tokenizer
-    from suite.preflight import check_planned_inputs
-    from suite.stabilisers import check_sweep
-    from suite.study import run_folder, sqlite_url
-
-    task_path, task, sweep_path, sweep = load_specs(args)
-    model = args.model or task.model
-    if args.threads < 1:
-        raise SpecError(f"--threads: expected a positive integer, got {args.threads}")
-    trainer = resolve_trainer(trainer_options(args))
-    args.workers = resolve_workers(args.workers, trainer, args.threads)
+    from suite.model.encoders import load_encoder, load_tokenizer
+    from suite.model.stabilisers import check_sweep
+    from suite.study.preflight import check_planned_inputs
 
     tokenizer = load_tokenizer(model)
     # A bad model, or a stabiliser it cannot take, fails before any data work; the weights stay cached.
-    check_sweep(load_encoder(model), sweep, sweep_path, task.head, task.classifier)
-    prepared = prepare_task(task, data_dir(args.data_dir), tokenizer)
-    check_planned_inputs(prepared, sweep, task_path)
-    threads = max(1, args.threads // args.workers)
-    folder = run_folder(Path(args.out), task, model)
-    return StudySetup(
-        task_path,
-        task,
-        sweep,
-        model,
-        prepared,
-        threads,
-        trainer,
-        fingerprint_of(prepared, sweep, model, threads, trainer),
-        folder,
-        args.storage or sqlite_url(folder),
-        args.study or f"{task.name}|{model}|{sweep.name}|{args.profile}",
-    )
+    check_sweep(load_encoder(model), sweep, sweep_where, task.head, task.classifier)
+    prepared = prepare_task(task, data_dir(request.data_dir), tokenizer)
+    check_planned_inputs(prepared, sweep, task_where)
+    return prepared, fingerprint_of(prepared, sweep, model, threads, trainer)
 
 
 def fingerprint_of(
     prepared: Any, sweep: SweepSpec, model: str, threads: int, trainer: dict[str, Any]
 ) -> dict[str, Any]:
-    from suite.fingerprint import study_fingerprint
-    from suite.models import model_identity
-    from suite.preflight import data_hashes
+    from suite.model.encoders import model_identity
+    from suite.study.fingerprint import study_fingerprint
+    from suite.study.preflight import data_hashes
 
     task = prepared.spec.model_dump(mode="json")
     return study_fingerprint(

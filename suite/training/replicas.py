@@ -36,12 +36,12 @@ from torch.func import functional_call, stack_module_state, vmap
 from transformers import get_linear_schedule_with_warmup
 
 from suite.data.module import FeatureDataModule
-from suite.devices import resolve_trainer
 from suite.errors import SuiteError
 from suite.heads.classification import ClassificationModule
 from suite.heads.registry import PreparedTask
-from suite.models import load_encoder
-from suite.trial import TrialPlan, _finish, crash_reason, new_record, record_costs
+from suite.model.devices import resolve_trainer
+from suite.model.encoders import load_encoder
+from suite.training.trial import TrialPlan, _finish, crash_reason, new_record, record_costs
 
 # SDPA's CPU kernel has no vmap batching rule: torch loops over the replicates for that one op
 # (measured about as fast as eager attention's batched matmuls at R=4), and warns every step.

@@ -16,13 +16,13 @@ import lightning as L
 import optuna
 import torch
 
+from suite.config.sweep import HParams
+from suite.config.task import Size
 from suite.data.module import FeatureDataModule
-from suite.devices import resolve_trainer
 from suite.errors import SuiteError, TrialDiverged
 from suite.heads.registry import PreparedTask
-from suite.models import load_encoder
-from suite.spec import Size
-from suite.sweep import HParams
+from suite.model.devices import resolve_trainer
+from suite.model.encoders import load_encoder
 
 # Lightning sets its loggers to INFO on import; a study prints its own progress and summary.
 logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)

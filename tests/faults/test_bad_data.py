@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import main
+from suite.commands.cli import main
 from suite.data.conll import Sentence, check_tags, read_conll
 from suite.errors import DataError
 
@@ -392,9 +392,9 @@ def test_missing_pool_file(qa: Path, bert: Path, capsys) -> None:  # noqa: ANN00
 
 def test_qa_features_are_keyed_by_file_content(qa: Path, bert: Path) -> None:
     """An edited split file with the same question ids never reuses cached features."""
+    from suite.config.task import load_task
     from suite.heads.registry import prepare_task
-    from suite.models import load_tokenizer
-    from suite.spec import load_task
+    from suite.model.encoders import load_tokenizer
 
     root, tokenizer = qa.parent.parent / "data", load_tokenizer(str(bert))
 

@@ -15,9 +15,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from suite.cli import main
-from suite.spec import DataSpec, FailureSpec, MetricSpec, QASpec, Reported, TaggingSpec, TaskSpec
-from suite.sweep import HParams, PrunerSpec, SamplerSpec, SeedSpec, SweepSpec
+from suite.commands.cli import main
+from suite.config.sweep import HParams, PrunerSpec, SamplerSpec, SeedSpec, SweepSpec
+from suite.config.task import DataSpec, FailureSpec, MetricSpec, QASpec, Reported, TaggingSpec, TaskSpec
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = sorted((REPO / "tasks").glob("*.yaml"))

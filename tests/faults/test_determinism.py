@@ -20,13 +20,13 @@ import numpy as np
 import pytest
 import torch
 
+from suite.config.sweep import HParams
+from suite.config.task import load_task
 from suite.data.module import FeatureDataModule
 from suite.data.subsample import subsample_indices
 from suite.heads.registry import PreparedTask, prepare_task
-from suite.models import load_encoder, load_tokenizer
-from suite.spec import load_task
-from suite.sweep import HParams
-from suite.trial import Seeds, TrialPlan, run_trial
+from suite.model.encoders import load_encoder, load_tokenizer
+from suite.training.trial import Seeds, TrialPlan, run_trial
 
 REPO = Path(__file__).resolve().parents[2]
 HP = HParams(lr=1e-3, batch_size=8, epochs=2)
@@ -231,14 +231,14 @@ def test_a_trial_trains_on_the_order_seeds_sequence(
 ) -> None:
     """End to end through run_trial: the examples Lightning feeds, epoch by epoch, are exactly
     train_dataloader()'s sequence for the order seed; the init seed does not move them."""
-    import suite.trial
+    import suite.training.trial
 
     hp = HParams(lr=1e-3, batch_size=8, epochs=2, group_by_length=group_by_length)
     size = 20
 
     def trained_order(seeds: Seeds) -> list[list[tuple]]:
         log: list[tuple] = []
-        monkeypatch.setattr(suite.trial, "FeatureDataModule", _recording_datamodule(log))
+        monkeypatch.setattr(suite.training.trial, "FeatureDataModule", _recording_datamodule(log))
         record = run_trial(rte, bert, TrialPlan(size, hp, seeds))
         assert not str(record.get("reason") or "").startswith("error"), record["reason"]
         assert len(record["loss_curve"]) == 2 * 3 and len(log) == 2 * size
@@ -262,7 +262,7 @@ def test_a_trial_trains_on_the_order_seeds_sequence(
 
 
 def _build(task: PreparedTask, model: str, init: int, order: int) -> Any:
-    """The module as suite/trial.py `_fit` builds it, after some other trial has run."""
+    """The module as suite/training/trial.py `_fit` builds it, after some other trial has run."""
     _scramble_global_rngs(order * 7919 + init)
     torch.manual_seed(init)  # the head's initial weights
     module = task.build_module(load_encoder(model), HP)

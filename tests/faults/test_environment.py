@@ -34,7 +34,7 @@ def _disk_full_for_outputs(self: Path, *args, **kwargs):  # noqa: ANN002, ANN003
 
 
 def test_output_folder_that_cannot_exist(tiny_task: Path, tiny_models, capsys) -> None:  # noqa: ANN001
-    from suite.cli import main
+    from suite.commands.cli import main
 
     blocker = tiny_task.parent.parent / "runs-file"
     blocker.write_text("a file where the runs folder should go")
@@ -101,7 +101,7 @@ def test_report_compare_and_leaderboard_work_without_the_storage_password(
 ) -> None:  # noqa: ANN001, E501
     """A run folder is self-contained: its run.json names the storage with the password masked,
     and report/compare/leaderboard read the folder's own files."""
-    from suite.cli import main
+    from suite.commands.cli import main
 
     folder = run_tiny(tiny_task, tiny_models["bert"])
     info = json.loads((folder / "run.json").read_text())

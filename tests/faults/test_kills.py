@@ -17,7 +17,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from suite.leaderboard import read_leaderboard
+from suite.outputs.leaderboard import read_leaderboard
 
 pytestmark = pytest.mark.faults
 KILL_POINTS = ["cache_write", "train_step:3", "evaluation:2", "outputs_write"]
@@ -43,7 +43,7 @@ def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess
 
 def _outcomes(folder: Path) -> dict[str, tuple]:
     """key -> (score, per-epoch metrics, loss curve) of the final record of each trial."""
-    from suite.records import load_run
+    from suite.study.records import load_run
 
     _, records = load_run(folder)
     return {r["key"]: (r["score"], r["epochs"], r["loss_curve"]) for r in records}

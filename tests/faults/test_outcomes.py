@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
+from suite.config.sweep import SeedSpec, child_seed, seed_grid
 from suite.heads.classification import ClassificationModule
-from suite.records import load_run, outcome
-from suite.sweep import SeedSpec, child_seed, seed_grid
+from suite.study.records import load_run, outcome
 from tests.conftest import run_tiny
 
 ORDER = [child_seed(0, "order", i) for i in range(4)]  # the tiny sweep's order seeds (master 0)
@@ -27,7 +27,7 @@ def _four_repeats(task: Path, lr: str = "1.0e-3", extra: str = "") -> None:
 
 def _sabotage(monkeypatch) -> None:  # noqa: ANN001
     """Repeat 1 crashes, repeat 2 diverges, repeat 3 predicts one class (torch's seed during a
-    trial is its order seed: suite.trial seeds dropout with it)."""
+    trial is its order seed: suite.training.trial seeds dropout with it)."""
     loss, forward = ClassificationModule.loss, ClassificationModule.forward
 
     def sabotaged_loss(self, batch):  # noqa: ANN001, ANN202
@@ -78,7 +78,7 @@ def test_each_fault_lands_in_its_bucket_and_the_study_goes_on(
     assert summary["failed"] == failed and summary["failure_kinds"] == {"diverged": 1, "baseline": failed - 1}
     assert abs(summary["failure_rate"] - failed / 3) < 1e-9
 
-    from suite.report import make_report
+    from suite.outputs.report import make_report
 
     _, page = make_report(folder)
     html = page.read_text()

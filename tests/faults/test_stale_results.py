@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from suite.cli import main
+from suite.commands.cli import main
 from tests.conftest import run_tiny
 
 
@@ -112,10 +112,10 @@ def test_study_without_fingerprint_is_refused(tiny_task: Path, tiny_models, caps
 
 
 def test_feature_cache_follows_file_content_and_rebuilds_a_torn_file(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
+    from suite.config.task import load_task
     from suite.data.cache import cache_dir
     from suite.heads.registry import prepare_task
-    from suite.models import load_tokenizer
-    from suite.spec import load_task
+    from suite.model.encoders import load_tokenizer
 
     root = tiny_task.parent.parent / "data"
     tokenizer = load_tokenizer(str(tiny_models["bert"]))

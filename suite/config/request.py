@@ -1,0 +1,48 @@
+"""What a user asked for on the command line, as one typed, frozen value.
+
+The CLI (suite/commands/cli.py) is the only place that reads argv: it builds a `Request`, and
+every stage below takes the request or the setup resolved from it once (suite/study/setup.py).
+Nothing below the commands mutates it or reads an `argparse.Namespace`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from suite.errors import SpecError
+
+TRAINER_OPTIONS = ("accelerator", "devices", "strategy", "precision")
+
+
+@dataclass(frozen=True)
+class Request:
+    """`suite run` / `suite plan` (a task and its sweep from files) or `suite worker` (a stored
+    study named by `storage` and `study`; `task` is then None)."""
+
+    task: str | None = None  # a task name or YAML file
+    sweep: str | None = None  # a sweep name or YAML file (default: the task's)
+    profile: str = "default"
+    sets: tuple[str, ...] = ()  # `--set PATH=VALUE`, in order
+    sizes: tuple[str, ...] = ()  # `--size`, as given ("64", "full")
+    seeds: int | None = None
+    eval_split: str | None = None
+    model: str | None = None  # default: the task's
+    data_dir: Path | None = None  # default: $SUITE_DATA_DIR
+    out: Path = Path("runs")
+    storage: str | None = None  # default: sqlite study.db in the run folder
+    study: str | None = None  # default: task|model|sweep|profile
+    workers: str = "1"  # a count or `auto`
+    threads: int = field(default_factory=lambda: os.cpu_count() or 1)  # torch CPU threads, in all
+    trainer: dict[str, str] = field(default_factory=dict)  # Lightning options given (TRAINER_OPTIONS)
+    offline: bool = False
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        if self.threads < 1:
+            raise SpecError(f"--threads: expected a positive integer, got {self.threads}")
+        if unknown := set(self.trainer) - set(TRAINER_OPTIONS):
+            raise SpecError(
+                f"trainer options: unknown {sorted(unknown)} (known: {', '.join(TRAINER_OPTIONS)})"
+            )

@@ -1,0 +1,3 @@
+"""Stage 3, model: encoders (aliases, local folders, hub ids; weights loaded once per process),
+optimizers, the stabiliser recipes, dev-set metrics and where trials run (CPU or a GPU). Takes a
+model name and hyperparameters; gives an encoder ready to fine-tune and the numbers that score it."""

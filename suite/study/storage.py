@@ -1,0 +1,112 @@
+"""Where a study lives: run folders, storage URLs (SQLite, PostgreSQL, MySQL, journal files)
+opened with heartbeats, the Optuna study itself, and atomic writes of its output files."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+from suite.config.sweep import SweepSpec
+from suite.config.task import TaskSpec
+from suite.errors import SuiteError
+from suite.faults import reach
+
+HEARTBEAT_ENV = "SUITE_HEARTBEAT_S"  # seconds between heartbeats; stale after 3 missed
+
+
+def model_slug(model: str) -> str:
+    name = Path(model).name if "/" in model and Path(model).exists() else model
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def run_folder(out: Path, task: TaskSpec, model: str) -> Path:
+    return out / task.name / model_slug(model)
+
+
+def sqlite_url(folder: Path) -> str:
+    return f"sqlite:///{Path(folder).resolve() / 'study.db'}"
+
+
+def storage_of(source: str | Path) -> str:
+    """A storage URL as given, or the storage behind a run folder (its study.db, else the URL
+    its run.json names)."""
+    text = str(source)
+    if "://" in text or text.startswith("journal:"):
+        return text
+    folder = Path(source)
+    if (folder / "study.db").is_file():
+        return sqlite_url(folder)
+    info = folder / "run.json"
+    if info.is_file() and "***" not in (url := json.loads(info.read_text()).get("storage", "***")):
+        return url
+    raise SuiteError(f"{folder}: no study.db here (expected a runs/<task>/<model> folder or a storage URL)")
+
+
+def public_url(url: str) -> str:
+    """A storage URL without its password, for records and messages."""
+    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """An RDB URL (sqlite, postgresql, mysql) with heartbeats, or `journal:PATH` for a journal file."""
+    if url.startswith("journal:"):
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        return JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
+    if not url.startswith(("sqlite:", "postgresql", "mysql")):
+        raise SuiteError(
+            f"--storage {public_url(url)!r}: expected sqlite:///, postgresql://, mysql:// or journal:PATH"
+        )
+    heartbeat = int(os.environ.get(HEARTBEAT_ENV, "30"))
+    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    try:
+        return optuna.storages.RDBStorage(
+            url,
+            engine_kwargs=engine,
+            heartbeat_interval=heartbeat,
+            grace_period=3 * heartbeat,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
+        )
+    except Exception as err:  # SQLAlchemy raises many kinds for a bad URL or a down server
+        raise SuiteError(f"--storage {public_url(url)!r}: cannot open ({str(err).splitlines()[0]})") from None
+
+
+def open_study(
+    storage: optuna.storages.BaseStorage, name: str, sweep: SweepSpec, maximize: bool
+) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        storage=storage,
+        study_name=name,
+        direction="maximize" if maximize else "minimize",
+        sampler=sweep.make_sampler(),
+        pruner=sweep.make_pruner(),
+        load_if_exists=True,
+    )
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    """Atomic write: a crash mid-write never leaves a truncated trials file."""
+    write_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a temporary file beside `path`, then rename it into place; a full disk or an
+    unwritable folder is one line naming the file."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        reach("outputs_write")
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise SuiteError(
+            f"{path}: cannot write ({err.strerror or err}); the trials are kept in the "
+            "storage: rerun the same command after the fix to write the outputs"
+        ) from None

@@ -1,0 +1,126 @@
+"""A worker's loop: pop a queued trial, run it with a heartbeat, tell the study its outcome, retry
+an errored trial once with the same seeds; TPE studies propose new settings when the queue is empty.
+
+Waits while other workers' trials are running: a dead worker's trial turns stale after its grace
+period and comes back to the queue.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from suite.config.sweep import SweepSpec
+from suite.config.task import TaskSpec
+from suite.errors import SuiteError
+from suite.heads.registry import PreparedTask
+from suite.study.plan import replicate_plans, retry_attrs, trial_attrs
+from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
+from suite.study.records import outcome
+from suite.study.storage import HEARTBEAT_ENV
+from suite.training.trial import Seeds, TrialPlan, run_trial
+
+MAX_ATTEMPTS = 2  # an errored trial is retried once with the same seeds
+
+
+def _propose(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> optuna.Trial:
+    """TPE: a new setting from the sampler; this trial runs its first replicate, the rest queue."""
+    trial = study.ask({k: p.distribution() for k, p in sweep.space.items()})
+    if "key" in trial.user_attrs:  # another worker queued trials meanwhile: run that one
+        return trial
+    values = dict(trial.params)
+    first, *rest = replicate_plans(task, sweep, values)
+    for name, value in trial_attrs(first, values).items():
+        trial.set_user_attr(name, value)
+    for plan in rest:
+        study.enqueue_trial(values, user_attrs=trial_attrs(plan, values), skip_if_exists=False)
+    return trial
+
+
+def _settings_proposed(trials: list[optuna.trial.FrozenTrial]) -> int:
+    return len(
+        {json.dumps(t.user_attrs.get("setting"), sort_keys=True) for t in trials if "key" in t.user_attrs}
+    )
+
+
+def work(
+    study: optuna.Study,
+    task: PreparedTask,
+    model: str,
+    sweep: SweepSpec,
+    stamp: dict[str, Any],
+    trainer: dict[str, Any] | None = None,
+    progress: bool = True,
+    on_done: Any = None,
+) -> int:
+    """Run queued trials until the study is complete; returns how many this worker ran.
+
+    Waits while other workers' trials are running: a dead worker's trial turns stale after its
+    grace period and comes back to the queue.
+    """
+    from optuna.storages._heartbeat import get_heartbeat_thread  # the heartbeat optimize() uses
+
+    ran = 0
+    heartbeat = int(os.environ.get(HEARTBEAT_ENV, "30"))
+    while True:
+        fail_dead_trials(study)
+        with queue_lock(study):
+            trial = pop_planned(study)
+            trials = study.get_trials(deepcopy=False)
+            if trial is None and sweep.adaptive and _settings_proposed(trials) < sweep.budget:
+                trial = _propose(study, task.spec, sweep)
+        if trial is None:
+            if any(t.state == TrialState.RUNNING for t in trials):
+                time.sleep(min(heartbeat, 5))
+                continue
+            return ran
+        with get_heartbeat_thread(trial._trial_id, study._storage):
+            try:
+                record = _run_one(trial, task, model, sweep, stamp, trainer, progress)
+            except SuiteError as err:  # a user error inside a trial stops the study, not a run
+                trial.set_user_attr("record", {**trial.user_attrs, "outcome": "errored", "reason": str(err)})
+                study.tell(trial, state=TrialState.FAIL)
+                raise
+        _tell(study, trial, record, task.baseline[task.spec.metric.main])
+        if outcome(record) == "errored" and record["attempt"] < MAX_ATTEMPTS:
+            attrs = retry_attrs(trial, record["attempt"] + 1)
+            study.enqueue_trial(attrs["setting"], user_attrs=attrs, skip_if_exists=False)
+        ran += 1
+        if on_done is not None:
+            on_done(record)
+
+
+def _run_one(
+    trial: optuna.Trial,
+    task: PreparedTask,
+    model: str,
+    sweep: SweepSpec,
+    stamp: dict[str, Any],
+    trainer: dict[str, Any] | None,
+    progress: bool,
+) -> dict[str, Any]:
+    attrs = trial.user_attrs
+    for name, param in sweep.space.items():  # register the params so samplers learn from every trial
+        param.suggest(trial, name)
+    plan = TrialPlan(attrs["size"], sweep.hparams_for(attrs["setting"]), Seeds(**attrs["seeds"]))
+    pruning = trial if sweep.pruner.type != "none" else None
+    record = run_trial(task, model, plan, progress=progress, trainer=trainer, pruning_trial=pruning)
+    return {**record, **stamp, "trial_number": trial.number, "attempt": attrs.get("attempt", 1)}
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, record: dict[str, Any], baseline: float) -> None:
+    """Samplers learn from runs only: a diverged run is told as the trivial baseline's score
+    (a poor result), an errored trial as FAIL (Optuna's samplers skip it)."""
+    trial.set_user_attr("record", record)
+    kind = outcome(record)
+    if kind == "pruned":
+        study.tell(trial, state=TrialState.PRUNED)
+    elif kind == "errored":
+        study.tell(trial, state=TrialState.FAIL)
+    else:
+        study.tell(trial, record["score"] if record["score"] is not None else baseline)
