@@ -31,7 +31,7 @@ CELLS = [
         "rows = []\n"
         "for e in board['entries']:  # one entry per task x size x setting, sizes in numeric order\n"
         "    s, i = e['summary'], e['summary']['intervals']\n"
-        "    rows.append({'rank': e['rank'], 'size': e['size'], 'setting': labels.get(setting_key(e['setting']), ''), 'head': e['head'],\n"
+        "    rows.append({'rank': e['rank'], 'size': e['size'], 'setting': labels.get(setting_key(e['setting']), '') + (' [mixed software stack]' if (e.get('stack') or {}).get('mixed') else ''), 'head': e['head'],\n"
         "                 'evaluated on': f\"{e['eval_limit']} examples (subsample)\" if e['eval_limit'] else (e['eval_set'] or 'full split'),\n"
         "                 'runs': s['runs'], 'errored': s['errored'], 'pruned': s['pruned'],\n"
         "                 'median': 100 * i['median']['estimate'] if i['median']['estimate'] is not None else None,\n"

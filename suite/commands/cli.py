@@ -20,7 +20,7 @@ def _add_set_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", metavar="PATH=VALUE", help=SET_HELP)
 
 
-def _add_run_args(p: argparse.ArgumentParser) -> None:
+def _add_run_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("task", help="a task name (suite list) or YAML file, e.g. ner or tasks/ner.yaml")
     p.add_argument("--model", help="alias, local folder or hub id (default: the task's model)")
     p.add_argument("--sweep", help="a sweep name or YAML file (default: the task's sweep)")
@@ -39,6 +39,24 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     )
     _add_set_arg(p)
     _add_common_args(p)
+    return p
+
+
+def _add_until_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--until-halfwidth",
+        type=float,
+        metavar="POINTS",
+        help="add seeds in rounds until every entry's median 95%% interval is at most +-POINTS (x100)",
+    )
+    p.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="add seeds in rounds until every recipe's difference from its reference is decided",
+    )
+    p.add_argument(
+        "--max-runs", type=int, default=30, help="runs per entry the rounds may reach (default 30)"
+    )
 
 
 def _add_common_args(p: argparse.ArgumentParser) -> None:
@@ -50,12 +68,17 @@ def _add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", help="Lightning precision (default bf16-mixed on GPU, 32-true on CPU)")
     p.add_argument("--offline", action="store_true", help="never contact the Hugging Face hub")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--allow-stack-change",
+        action="store_true",
+        help="resume a study made with other library versions or hardware (marked mixed in every output)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="suite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_run_args(sub.add_parser("run", help="run a task's study end to end"))
+    _add_until_args(_add_run_args(sub.add_parser("run", help="run a task's study end to end")))
     _add_run_args(sub.add_parser("plan", help="planned trials, how many the storage holds, estimated time"))
     work = sub.add_parser("worker", help="join a running study and run trials until it is done")
     work.add_argument("--storage", required=True, help="the study's Optuna storage URL")
@@ -113,7 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "run":
+        if args.command == "run" and (args.until_halfwidth is not None or args.until_decided):
+            from suite.commands.until import run_until
+
+            return run_until(request_of(args), args.until_halfwidth, args.until_decided, args.max_runs)
+        elif args.command == "run":
             from suite.commands.run import run
 
             return run(request_of(args))
@@ -188,6 +215,7 @@ def request_of(args: argparse.Namespace) -> Request:
         trainer=trainer,
         offline=args.offline,
         quiet=args.quiet,
+        allow_stack_change=args.allow_stack_change,
     )
 
 

@@ -81,9 +81,9 @@ def storage_report(s: Setup, keys: set[str]) -> tuple[str, str | None, set[str]]
     created or written."""
     import optuna
 
-    from suite.study.fingerprint import check_same_study
     from suite.study.plan import finished_records, held_keys
     from suite.study.records import outcome
+    from suite.study.resume import resumption
     from suite.study.storage import open_storage, public_url
 
     where = public_url(s.url)
@@ -95,10 +95,13 @@ def storage_report(s: Setup, keys: set[str]) -> tuple[str, str | None, set[str]]
         return f"storage: no study {s.name!r} in {where} yet; all {len(keys)} trials to run", None, set()
     study = optuna.load_study(study_name=s.name, storage=storage)
     trials = study.get_trials(deepcopy=False)
-    refusal = None
+    refusal, grown = None, ""
     if (stored := study.user_attrs.get("fingerprint")) is not None or trials:
         try:
-            check_same_study(stored, s.fingerprint, s.name, where)
+            info = study.user_attrs.get("run_info")
+            allow = s.request.allow_stack_change
+            how = resumption(stored, s.fingerprint, info, s.task, s.sweep, s.name, where, allow)
+            grown = f"; {how.describe()}" if how.grown or how.stack_changed else ""
         except SuiteError as err:
             refusal = str(err)
     # TPE's settings exist only in the storage: its stand-in keys never match, so count trials.
@@ -107,7 +110,7 @@ def storage_report(s: Setup, keys: set[str]) -> tuple[str, str | None, set[str]]
     line = (
         f"storage: {where} holds {len(held)} of the {len(keys)} planned trials "
         f"({len(ended)} ended as runs, {len(held - ended)} queued or running); "
-        f"{max(0, len(keys) - len(held))} to run"
+        f"{max(0, len(keys) - len(held))} to run{grown}"
     )
     return line, refusal, held
 

@@ -25,14 +25,20 @@ from suite.model.devices import worker_environment
 from suite.outputs.leaderboard import write_leaderboard
 from suite.provenance import git_commit
 from suite.stats.summary import summarize
+from suite.study.fingerprint import STACK
 from suite.study.setup import Setup, join_study, setup_study
 from suite.study.storage import public_url
 
 
 def run(request: Request) -> int:
-    """Check every input, plan the study into its storage (or resume it when its fingerprint
-    matches), run it with local workers, write the outputs. Returns the exit code: 0 when every
-    planned trial ended as a run, 1 when some trial is still errored or unfinished."""
+    """Check every input, plan the study into its storage (or resume or grow it when its
+    fingerprint allows), run it with local workers, write the outputs. Returns the exit code: 0
+    when every planned trial ended as a run, 1 when some trial is still errored or unfinished."""
+    return run_study(request)[0]
+
+
+def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
+    """`run`, also giving its setup and the final records it wrote (what `--until-*` reads)."""
     from suite.study.plan import enqueue_plan
     from suite.study.preflight import check_writable, make_run_folder
     from suite.study.storage import open_storage
@@ -44,12 +50,19 @@ def run(request: Request) -> int:
     check_writable(folder)
     make_run_folder(folder)
     storage = storage or open_storage(url)
-    study = _open_or_resume(storage, name, sweep, task, s.fingerprint, folder)
+    study = _open_or_resume(storage, s)
     if "run_info" not in study.user_attrs:  # the study's creation is its provenance
         info = run_info(task, sweep, request.profile, s.model, s.prepared)
         study.set_user_attr(
             "run_info",
-            {**info, "study": name, "storage": public_url(url), "trainer": s.trainer, "threads": s.threads},
+            {
+                **info,
+                "study": name,
+                "storage": public_url(url),
+                "trainer": s.trainer,
+                "threads": s.threads,
+                "stack": s.stack,
+            },
         )
     enqueue_plan(study, task, sweep)
 
@@ -58,28 +71,71 @@ def run(request: Request) -> int:
         run_worker(study, s, progress=not request.quiet)
     else:
         spawn_workers(s, None if request.quiet else study)
-    write_outputs(study, folder, task)
-    return exit_status(study)
+    records = write_outputs(study, folder, task)
+    return exit_status(study), s, records
 
 
-def _open_or_resume(
-    storage: Any, name: str, sweep: SweepSpec, task: TaskSpec, fingerprint: dict[str, Any], folder: Path
-) -> Any:
-    """The stored study when its fingerprint matches, a new one when none exists; else refuse."""
+def _open_or_resume(storage: Any, s: Setup) -> Any:
+    """The stored study when it resumes (the same plan, a grown plan, or an allowed stack change),
+    a new one when none exists; else refuse before anything is written."""
     import optuna
 
-    from suite.study.fingerprint import check_same_study
+    from suite.study.resume import resumption
     from suite.study.storage import open_study
 
-    if name in optuna.study.get_all_study_names(storage):
-        existing = optuna.load_study(study_name=name, storage=storage)
+    how = None
+    if s.name in optuna.study.get_all_study_names(storage):
+        existing = optuna.load_study(study_name=s.name, storage=storage)
         stored = existing.user_attrs.get("fingerprint")
         if stored is not None or existing.get_trials(deepcopy=False):  # else: killed while created
-            check_same_study(stored, fingerprint, name, str(folder))
-    study = open_study(storage, name, sweep, task.metric.higher_is_better)
+            info = existing.user_attrs.get("run_info")
+            allow = s.request.allow_stack_change
+            how = resumption(stored, s.fingerprint, info, s.task, s.sweep, s.name, str(s.folder), allow)
+    study = open_study(storage, s.name, s.sweep, s.task.metric.higher_is_better)
     if "fingerprint" not in study.user_attrs:
-        study.set_user_attr("fingerprint", fingerprint)
+        study.set_user_attr("fingerprint", s.fingerprint)
+    if how is not None:
+        _record_resumption(study, s, how)
     return study
+
+
+def _record_resumption(study: Any, s: Setup, how: Any) -> None:
+    """A grown plan becomes the study's plan (fingerprint, task and sweep: workers and later runs
+    compare against it); an allowed stack change is kept as the study's list of stacks."""
+    if how.adopt_stack:  # from now on its stack is checked like any other study's
+        current = {k: v for k, v in s.fingerprint.items() if k.startswith(STACK)}
+        study.set_user_attr("fingerprint", {**study.user_attrs["fingerprint"], **current})
+    if not (how.grown or how.stack_changed):
+        return
+    info = dict(study.user_attrs.get("run_info") or {})
+    if how.grown:
+        stack = {k: v for k, v in study.user_attrs["fingerprint"].items() if k.startswith(STACK)}
+        study.set_user_attr("fingerprint", {**_plan_fields(s.fingerprint), **stack})
+        info.update(
+            task=s.task.model_dump(mode="json"),
+            task_hash=spec_hash(s.task),
+            sweep=s.sweep.model_dump(mode="json"),
+        )
+        info["grown"] = [*info.get("grown", []), {"date": _now(), "fields": how.grown, "added": how.added}]
+    if how.stack_changed:
+        info = _with_stack(info, s.stack)
+    study.set_user_attr("run_info", info)
+    print(f"study {s.name}: {how.describe()}", file=sys.stderr)
+
+
+def _with_stack(info: dict[str, Any], stack: dict[str, Any]) -> dict[str, Any]:
+    """Run info marked mixed, with `stack` among the stacks its trials ran on."""
+    stacks = [x for x in info.get("stacks") or [info.get("stack")] if x]
+    return {**info, "stacks": stacks if stack in stacks else [*stacks, stack], "stack_mixed": True}
+
+
+def _plan_fields(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """The fingerprint without its stack: a grown plan keeps the study's first stack on record."""
+    return {k: v for k, v in fingerprint.items() if not k.startswith(STACK)}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def exit_status(study: Any) -> int:
@@ -130,6 +186,8 @@ def spawn_workers(s: Setup, study: Any = None) -> None:
         command += ["--data-dir", str(s.request.data_dir)]
     for option, value in s.trainer.items():
         command += [f"--{option}", str(value)]
+    if s.request.allow_stack_change:
+        command += ["--allow-stack-change"]
     workers = [
         subprocess.Popen(command, env={**os.environ, **worker_environment(i, s.trainer)})
         for i in range(s.workers)
@@ -171,6 +229,7 @@ def run_worker(study: Any, s: Setup, progress: bool) -> int:
         "sweep": s.sweep.name,
         "profile": info.get("profile"),
         "eval_split": s.prepared.spec.eval_split,
+        "stack": s.stack,
     }
     total = None if s.sweep.adaptive else len(plan_trials(s.prepared.spec, s.sweep))
     bar = tqdm(
@@ -195,7 +254,7 @@ def worker(request: Request) -> int:
     data file, model, thread count or suite version)."""
     import optuna
 
-    from suite.study.fingerprint import check_same_study
+    from suite.study.resume import resumption
     from suite.study.storage import open_storage
 
     if request.offline:
@@ -212,7 +271,17 @@ def worker(request: Request) -> int:
     if not info:
         raise SuiteError(f"study {request.study!r}: has no run info (start it with `suite run`)")
     s = join_study(request, info)
-    check_same_study(study.user_attrs.get("fingerprint"), s.fingerprint, s.name, public_url(s.url))
+    stored = study.user_attrs.get("fingerprint")
+    how = resumption(
+        stored, s.fingerprint, info, s.task, s.sweep, s.name, public_url(s.url), request.allow_stack_change
+    )
+    if how.grown:  # `run` re-plans a study; a worker runs the plan it finds
+        raise SuiteError(
+            f"study {s.name!r}: its stored plan differs from its run info; rerun `suite run` first"
+        )
+    if how.stack_changed:  # re-read just before writing: other workers may have added their stacks
+        fresh = optuna.load_study(study_name=s.name, storage=storage).user_attrs.get("run_info") or info
+        study.set_user_attr("run_info", _with_stack(fresh, s.stack))
     run_worker(study, s, progress=not request.quiet)
     return 0
 
@@ -229,6 +298,11 @@ def write_outputs(study: Any, folder: Path, task: TaskSpec) -> list[dict[str, An
     write_leaderboard([folder], folder / "leaderboard.json")
     records = sorted(finished_records(study).values(), key=lambda r: r.get("trial_number", 0))
     print(format_summary(task, records, folder))
+    if info.get("stack_mixed"):
+        stacks = info.get("stacks", [])
+        differ = sorted({k for x in stacks for k in x if len({json.dumps(y.get(k)) for y in stacks}) > 1})
+        seen = " vs ".join(", ".join(f"{k} {x.get(k)}" for k in differ) for x in stacks)
+        print(f"mixed software stack (resumed with --allow-stack-change): {seen}; each trial records its own")
     if any(r.get("hparams", {}).get("recipe") for r in records):  # a recipe study: its table
         from suite.stats.recipes import format_recipe_table, recipe_table
 
@@ -266,7 +340,7 @@ def run_info(task: TaskSpec, sweep: SweepSpec, profile: str, model: str, prepare
 
     return {
         "suite_version": __version__,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "date": _now(),
         "task": task.model_dump(mode="json"),
         "task_hash": spec_hash(task),
         "sweep": sweep.model_dump(mode="json"),

@@ -38,6 +38,7 @@ class Request:
     trainer: dict[str, str] = field(default_factory=dict)  # Lightning options given (TRAINER_OPTIONS)
     offline: bool = False
     quiet: bool = False
+    allow_stack_change: bool = False  # resume a study made on another software stack, marked mixed
 
     def __post_init__(self) -> None:
         if self.threads < 1:

@@ -33,6 +33,9 @@ class EncoderModule(L.LightningModule):
         # The latest evaluation's outcome per dev example (set by `epoch_metrics`): for the
         # dev-set sampling error of a run and the agreement of runs across seeds.
         self.per_example: dict[str, list] | None = None
+        # The encoder weights its checkpoint did not hold, drawn under the init seed when the
+        # module was built (`PreparedTask.build_module`): recorded with the trial.
+        self.drawn_weights: list[str] = []
 
     @property
     def hidden_size(self) -> int:

@@ -7,7 +7,8 @@
   DistilBERT: dense + ReLU; DeBERTa: context pooler; ModernBERT: its prediction head). Every
   number in the `reported:` blocks was made with these heads;
 - `pooler`: the checkpoint's pretrained pooler (dense + tanh), then dropout + linear, as BERT
-  and the variance papers; refused for a checkpoint without a pretrained pooler;
+  and the variance papers; refused for a checkpoint without a pretrained pooler, or without its
+  weights (a masked-LM checkpoint: `auto` then draws that pooler under the init seed);
 - `cls`: dropout + linear on the raw last-layer [CLS] state (a different model: kept for
   comparison);
 - `mean`: dropout + linear on the mean of the last-layer states over the attention mask: the
@@ -24,25 +25,42 @@ import numpy as np
 import torch
 from torch import nn
 from transformers import AutoModelForSequenceClassification, PreTrainedModel
+from transformers import initialization as hf_init
 
 from suite.config.sweep import HParams
-from suite.errors import SpecError
+from suite.errors import ModelError, SpecError
 from suite.heads.base import EncoderModule
 from suite.model.encoders import drop_pooler, encoder_inputs
 from suite.model.metrics import classification_scores
+from suite.model.stabilisers import pooler_refusal
 
 Classifier = Literal["auto", "pooler", "cls", "mean"]
 
 
 def reference_model(encoder: PreTrainedModel, num_outputs: int) -> PreTrainedModel:
-    """The family's AutoModelForSequenceClassification around this (pretrained) encoder. Its
-    new head is initialised by the family's own initializer from torch's RNG (the init seed)."""
+    """The family's AutoModelForSequenceClassification around this (pretrained) encoder. Only its
+    head is built: the model is laid out on the meta device (no memory, no random draws), the
+    pretrained encoder put in its place, and the head's modules materialised and initialised by
+    the family's own `_init_weights`, bottom-up as transformers initialises a model, from torch's
+    RNG as it stands (the init seed): the head's weights are drawn and nothing else."""
     config = copy.deepcopy(encoder.config)
     config.num_labels = num_outputs
-    model = AutoModelForSequenceClassification.from_config(config)
-    if getattr(getattr(model, model.base_model_prefix), "pooler", None) is None:
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(config)
+    prefix = model.base_model_prefix
+    if getattr(getattr(model, prefix), "pooler", None) is None:
         drop_pooler(encoder)  # the family's head reads the last hidden states (RoBERTa, ELECTRA)
-    setattr(model, model.base_model_prefix, encoder)  # the pretrained encoder (and pooler)
+    setattr(model, prefix, encoder)  # the pretrained encoder (and pooler)
+    device = next(encoder.parameters()).device
+    head = [child for name, child in model.named_children() if name != prefix]
+    for child in head:
+        child.to_empty(device=device)
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):  # not a head of child modules
+        raise ModelError(f"{type(model).__name__}: its head is not a set of modules beside the encoder")
+    with torch.no_grad(), hf_init.guard_torch_init_functions():
+        for child in head:
+            child.apply(model._init_weights)  # bottom-up, as `initialize_weights` walks a model
+        model._init_weights(model)  # the model's own step (ModernBERT re-draws its classifier)
     return model
 
 
@@ -72,11 +90,8 @@ class ClassificationModule(EncoderModule):
             self.reference = reference_model(encoder, outputs)
             self.head_name = f"auto: {type(self.reference).__name__}"
         else:
-            if classifier == "pooler" and getattr(encoder, "pooler", None) is None:
-                raise SpecError(
-                    f"field 'classifier': pooler needs a checkpoint with a pretrained pooler; "
-                    f"{type(encoder).__name__} has none (use auto or cls)"
-                )
+            if why := pooler_refusal(encoder, classifier):
+                raise SpecError(f"field 'classifier': {why}")
             if classifier in ("cls", "mean"):
                 drop_pooler(encoder)
             self.dropout = nn.Dropout(self.head_dropout)

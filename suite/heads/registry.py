@@ -21,7 +21,7 @@ from suite.heads.classification import ClassificationModule
 from suite.heads.span import SpanModule, best_answers, collate_span
 from suite.heads.tagging import TaggingModule
 from suite.model import stabilisers
-from suite.model.encoders import default_head
+from suite.model.encoders import default_head, draw_missing
 from suite.model.metrics import (
     entity_scores,
     sentence_entity_counts,
@@ -44,8 +44,12 @@ class PreparedTask:
     eval_note: Callable[[], dict[str, Any]] | None = None  # what the evaluation set is, per trial
 
     def build_module(self, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
+        """The head, then the encoder weights its checkpoint lacked (those the head kept), then the
+        stabilisers, all from torch's RNG as the caller seeded it (the init seed): the head's
+        weights depend on neither."""
         module = self.builder(self, encoder, hparams)
-        stabilisers.apply(module, hparams)  # after the head: its weights do not depend on re-init
+        module.drawn_weights = draw_missing(module.encoder)
+        stabilisers.apply(module, hparams)
         return module
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import initialization as hf_init
 from transformers.utils import logging as hf_logging
 
 from suite.errors import ModelError
@@ -125,13 +129,99 @@ def with_prefix_space(tokenizer: Any) -> Any:
 _PRETRAINED: dict[str, PreTrainedModel] = {}
 
 
+class _HeldRecords(logging.Filter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
+
+
+@contextlib.contextmanager
+def _held_load_report() -> Iterator[_HeldRecords]:
+    """Holds back what transformers logs while loading (its load report), for the caller to
+    re-emit or drop once it has read the loading info."""
+    logger = logging.getLogger("transformers.modeling_utils")
+    held = _HeldRecords()
+    logger.addFilter(held)
+    try:
+        yield held
+    finally:
+        logger.removeFilter(held)
+
+
 def load_encoder(name: str) -> PreTrainedModel:
-    """A fresh copy of the pretrained encoder; the weights are read from disk once per process."""
+    """A fresh copy of the pretrained encoder; the weights are read from disk once per process.
+
+    The names of the weights the checkpoint did not hold (transformers' own `missing_keys`: a
+    masked-LM checkpoint, as `run_mlm.py` saves after domain-adaptive pretraining, has no pooler)
+    are kept with it, `checkpoint_missing`: transformers drew them once, at load, from the global
+    RNG; every trial re-draws them under its init seed (`draw_missing`)."""
     target = resolve(name)
     if target not in _PRETRAINED:
-        _PRETRAINED[target] = _from_pretrained(AutoModel, target, name, dtype=torch.float32)
+        with _held_load_report() as held:
+            model, info = _from_pretrained(
+                AutoModel, target, name, dtype=torch.float32, output_loading_info=True
+            )
+        missing = tuple(sorted(info["missing_keys"]))
+        # A checkpoint that lacks only its pooler loads without transformers' load report: its
+        # trials draw the pooler and record it. Anything else keeps the report (a wrong
+        # checkpoint misses far more).
+        quiet = bool(missing) and all(k.startswith("pooler.") for k in missing)
+        for record in held.records:
+            if not (quiet and "LOAD REPORT" in record.getMessage()):
+                logging.getLogger(record.name).handle(record)
+        model.checkpoint_missing = missing
+        _PRETRAINED[target] = model
     # from_pretrained returns eval mode; training needs dropout on.
     return copy.deepcopy(_PRETRAINED[target]).train()
+
+
+def missing_weights(encoder: PreTrainedModel) -> list[str]:
+    """The encoder's tensors (state-dict names) that its checkpoint did not hold and that it still
+    has (a head that does not read the pooler drops it); empty for an encoder not built by
+    `load_encoder` or for a checkpoint with all its weights."""
+    missing = getattr(encoder, "checkpoint_missing", ())
+    if not missing:
+        return []
+    present = encoder.state_dict().keys()
+    return [k for k in missing if k in present]
+
+
+def draw_missing(encoder: PreTrainedModel) -> list[str]:
+    """Re-draws the weights the checkpoint did not hold with the model's own initialiser, from
+    torch's RNG as it stands (the trial's init seed), as transformers' loading draws them: every
+    loaded tensor is flagged as initialised, and `_init_weights` runs bottom-up over the modules
+    that hold a missing tensor and their ancestors. Returns their names; draws nothing (and
+    consumes no random numbers) when there are none."""
+    names = missing_weights(encoder)
+    if not names:
+        return []
+    drawn = set(names)
+    path = {""} | {".".join(k.split(".")[:i]) for k in names for i in range(1, k.count(".") + 1)}
+    tensors = dict(encoder.named_parameters()) | dict(encoder.named_buffers())
+    flags = {key: tensor.__dict__.get("_is_hf_initialized") for key, tensor in tensors.items()}
+    for key, tensor in tensors.items():
+        tensor._is_hf_initialized = key not in drawn  # the guarded initialisers skip loaded ones
+
+    def visit(module: torch.nn.Module, prefix: str) -> None:
+        for child_name, child in module.named_children():
+            if (child_path := prefix + child_name) in path:
+                visit(child, child_path + ".")
+        encoder._init_weights(module)
+
+    try:
+        with torch.no_grad(), hf_init.guard_torch_init_functions():
+            visit(encoder, "")
+    finally:
+        for key, tensor in tensors.items():
+            if flags[key] is None:
+                del tensor._is_hf_initialized
+            else:
+                tensor._is_hf_initialized = flags[key]
+    return names
 
 
 def drop_pooler(encoder: PreTrainedModel) -> None:

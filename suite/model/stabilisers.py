@@ -28,6 +28,7 @@ from transformers import PreTrainedModel
 
 from suite.config.sweep import HParams, SweepSpec
 from suite.errors import SpecError
+from suite.model.encoders import missing_weights
 
 LAYER_LISTS = ("encoder.layer", "transformer.layer", "layers")
 ABOVE_TOP = ("pooler.", "final_norm.")  # applied after the last layer: trained at the base rate
@@ -79,6 +80,25 @@ def head_refusal(values: dict[str, Any], head: str, classifier: str) -> tuple[st
     return None
 
 
+def pooler_refusal(encoder: PreTrainedModel, classifier: str) -> str | None:
+    """Why `classifier: pooler` cannot run on this checkpoint (no pooler, or a pooler whose
+    weights the checkpoint does not hold, as in a masked-LM checkpoint), else None."""
+    if classifier != "pooler":
+        return None
+    if getattr(encoder, "pooler", None) is None:
+        return (
+            f"pooler needs a checkpoint with a pretrained pooler; {type(encoder).__name__} has none "
+            "(use auto or cls)"
+        )
+    if lacking := [k for k in missing_weights(encoder) if k.startswith("pooler.")]:
+        return (
+            f"pooler needs a checkpoint with pretrained pooler weights; this one has none "
+            f"({', '.join(lacking)} missing, as in a masked-LM checkpoint): use auto (its pooler is "
+            "then drawn under the init seed), cls or mean"
+        )
+    return None
+
+
 def refusal(encoder: PreTrainedModel, values: dict[str, Any]) -> tuple[str, str] | None:
     """(hyperparameter, why) when this encoder cannot apply a setting's stabilisers, else None."""
     layers = getattr(encoder.config, "num_hidden_layers", None) or getattr(encoder.config, "n_layers", 0)
@@ -104,10 +124,11 @@ def check_sweep(
     where: str | Path,
     head: str = "classification",
     classifier: str = "auto",
+    task_where: str | Path = "task",
 ) -> None:
     """Pre-flight: every planned setting's stabilisers apply to this encoder and its head choice
-    to the task (a TPE space: every searched value), else one line naming the sweep file and
-    field, before any training."""
+    to the task and the checkpoint (a TPE space: every searched value), else one line naming the
+    sweep file and field (or the task's `classifier` field, `task_where`), before any training."""
     if sweep.adaptive:
         planned = [{name: v} for name, p in sweep.space.items() for v in p.candidates()] or [{}]
     else:
@@ -117,6 +138,12 @@ def check_sweep(
         if found := refusal(encoder, merged) or head_refusal(merged, head, classifier):
             name, why = found
             raise SpecError(f"{where}: field '{sweep.block_of(values, name)}': {why}")
+        chosen = merged.get("classifier", "task")
+        kind = classifier if chosen == "task" else chosen
+        if head == "classification" and (why := pooler_refusal(encoder, kind)):
+            if chosen == "task":
+                raise SpecError(f"{task_where}: field 'classifier': {why}")
+            raise SpecError(f"{where}: field '{sweep.block_of(values, 'classifier')}': {why}")
 
 
 def reinit_top_layers(encoder: PreTrainedModel, k: int, pooler: bool) -> None:

@@ -151,6 +151,7 @@ def _entry(
         "date": info["date"],
         "git_commit": info.get("git_commit"),
         "versions": info.get("versions", {}),
+        "stack": _stack(info),
         "data_origin": info.get("data_origin"),
         "data_sha256": info.get("data_sha256", {}),
         "summary": summarize(records),
@@ -159,6 +160,13 @@ def _entry(
         "reported": [_reported(rep, terms, scored) for rep in task.get("reported", [])],
         "runs": [{k: r[k] for k in RUN_FIELDS if k in r} for r in records],
     }
+
+
+def _stack(info: dict[str, Any]) -> dict[str, Any]:
+    """The software stacks the study's trials ran on: `mixed` when it was resumed on another one
+    (`--allow-stack-change`); each trial's own stack is in its record."""
+    stacks = info.get("stacks") or ([info["stack"]] if info.get("stack") else [])
+    return {"mixed": bool(info.get("stack_mixed")), "stacks": stacks}
 
 
 def _reported(rep: dict[str, Any], terms: dict[str, Any], scored: list[dict[str, Any]]) -> dict[str, Any]:

@@ -51,6 +51,10 @@ def _citation(rep: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _mixed(entry: dict[str, Any]) -> bool:
+    return bool((entry.get("stack") or {}).get("mixed"))
+
+
 def _row(entry: dict[str, Any], board: str, scale: tuple[float, float]) -> dict[str, Any]:
     summary = entry["summary"]
     stats, intervals = summary["all"], summary["intervals"]
@@ -63,7 +67,7 @@ def _row(entry: dict[str, Any], board: str, scale: tuple[float, float]) -> dict[
         "task": entry["task"],
         "model": entry["model"],
         "size": entry["size"],
-        "setting": _setting(entry["setting"]),
+        "setting": _setting(entry["setting"]) + (" [mixed software stack]" if _mixed(entry) else ""),
         "metric": entry["metric"],
         "split": entry["eval_split"],
         "runs": summary["runs"],

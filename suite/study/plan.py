@@ -11,7 +11,6 @@ seed replicate and queues the others.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import asdict
 from typing import Any
 
@@ -24,10 +23,6 @@ from suite.errors import SuiteError
 from suite.study.records import final_records, outcome
 from suite.study.storage import open_storage
 from suite.training.trial import Seeds, TrialPlan
-
-# Heartbeats, stale-trial retry and QMC are marked experimental by Optuna; they are what a
-# shared study needs, so their warnings are silenced here once.
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
 def replicate_plans(task: TaskSpec, sweep: SweepSpec, values: dict[str, Any]) -> list[TrialPlan]:

@@ -87,6 +87,7 @@ class Setup:
     threads: int  # per worker: part of the study's identity
     trainer: dict[str, Any]
     fingerprint: dict[str, Any]
+    stack: dict[str, Any]  # the software stack (also in the fingerprint), stamped on every trial
     url: str
     name: str
     folder: Path | None = None  # the run folder (`run`, `plan`); a joining worker writes none
@@ -95,20 +96,40 @@ class Setup:
 def setup_study(request: Request) -> Setup:
     """`run` and `plan`: specs from files, then model, data and pre-flight of every planned trial;
     the study's fingerprint, folder, storage URL and name. Reads only (and fills the feature cache)."""
-    from suite.study.storage import run_folder, sqlite_url
-
     task_path, task, sweep_path, sweep = load_specs(request)
     model = request.model or task.model
     trainer = resolve_trainer(request.trainer)
     workers = resolve_workers(request.workers, trainer, request.threads)
     threads = max(1, request.threads // workers)
-    prepared, fingerprint = _checked(request, task, sweep, model, threads, trainer, task_path, sweep_path)
+    prepared, fingerprint, stack = _checked(
+        request, task, sweep, model, threads, trainer, task_path, sweep_path
+    )
+    folder, url, name = study_address(request, task, sweep)
+    return Setup(
+        request,
+        task,
+        sweep,
+        model,
+        prepared,
+        workers,
+        threads,
+        trainer,
+        fingerprint,
+        stack,
+        url,
+        name,
+        folder,
+    )
+
+
+def study_address(request: Request, task: TaskSpec, sweep: SweepSpec) -> tuple[Path, str, str]:
+    """Where the request's study lives: its run folder, storage URL and name."""
+    from suite.study.storage import run_folder, sqlite_url
+
+    model = request.model or task.model
     folder = run_folder(request.out, task, model)
     name = request.study or f"{task.name}|{model}|{sweep.name}|{request.profile}"
-    url = request.storage or sqlite_url(folder)
-    return Setup(
-        request, task, sweep, model, prepared, workers, threads, trainer, fingerprint, url, name, folder
-    )
+    return folder, request.storage or sqlite_url(folder), name
 
 
 def join_study(request: Request, info: dict[str, Any]) -> Setup:
@@ -119,7 +140,7 @@ def join_study(request: Request, info: dict[str, Any]) -> Setup:
     task, sweep = TaskSpec.model_validate(info["task"]), SweepSpec.model_validate(info["sweep"])
     trainer = resolve_trainer({**info.get("trainer", {}), **request.trainer})
     where = f"study {request.study}"
-    prepared, fingerprint = _checked(
+    prepared, fingerprint, stack = _checked(
         request, task, sweep, info["model"], request.threads, trainer, where, where
     )
     return Setup(
@@ -132,6 +153,7 @@ def join_study(request: Request, info: dict[str, Any]) -> Setup:
         request.threads,
         trainer,
         fingerprint,
+        stack,
         request.storage,
         request.study,
     )
@@ -146,26 +168,34 @@ def _checked(
     trainer: dict[str, Any],
     task_where: Any,
     sweep_where: Any,
-) -> tuple[Any, dict[str, Any]]:
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """The prepared task after the model, the sweep's stabilisers and every planned input are
-    checked, and the study's fingerprint."""
+    checked; the study's fingerprint and the software stack it names."""
     if request.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
     from suite.heads.registry import prepare_task
     from suite.model.encoders import load_encoder, load_tokenizer
     from suite.model.stabilisers import check_sweep
+    from suite.study.fingerprint import software_stack
     from suite.study.preflight import check_planned_inputs
 
     tokenizer = load_tokenizer(model)
     # A bad model, or a stabiliser it cannot take, fails before any data work; the weights stay cached.
-    check_sweep(load_encoder(model), sweep, sweep_where, task.head, task.classifier)
+    encoder = load_encoder(model)
+    check_sweep(encoder, sweep, sweep_where, task.head, task.classifier, task_where)
     prepared = prepare_task(task, data_dir(request.data_dir), tokenizer)
     check_planned_inputs(prepared, sweep, task_where)
-    return prepared, fingerprint_of(prepared, sweep, model, threads, trainer)
+    stack = software_stack(trainer, getattr(encoder.config, "_attn_implementation", None))
+    return prepared, fingerprint_of(prepared, sweep, model, threads, trainer, stack), stack
 
 
 def fingerprint_of(
-    prepared: Any, sweep: SweepSpec, model: str, threads: int, trainer: dict[str, Any]
+    prepared: Any,
+    sweep: SweepSpec,
+    model: str,
+    threads: int,
+    trainer: dict[str, Any],
+    stack: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from suite.model.encoders import model_identity
     from suite.study.fingerprint import study_fingerprint
@@ -173,5 +203,26 @@ def fingerprint_of(
 
     task = prepared.spec.model_dump(mode="json")
     return study_fingerprint(
-        task, sweep.model_dump(mode="json"), model_identity(model), data_hashes(prepared), threads, trainer
+        task,
+        sweep.model_dump(mode="json"),
+        model_identity(model),
+        data_hashes(prepared),
+        threads,
+        trainer,
+        stack,
+        classifiers_used(prepared.spec, sweep),
     )
+
+
+def classifiers_used(task: TaskSpec, sweep: SweepSpec) -> set[str]:
+    """The classification heads the planned trials train (`task`: the task's own classifier)."""
+    if task.head != "classification":
+        return set()
+    if sweep.adaptive:
+        searched = sweep.space.get("classifier")
+        chosen = (
+            {str(v) for v in searched.candidates()} if searched else {sweep.hparams.get("classifier", "task")}
+        )
+    else:
+        chosen = {sweep.hparams_for(values).classifier for values in sweep.settings()}
+    return {task.classifier if c == "task" else str(c) for c in chosen}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,10 @@ from suite.config.sweep import SweepSpec
 from suite.config.task import TaskSpec
 from suite.errors import SuiteError
 from suite.faults import reach
+
+# Heartbeats, stale-trial retry and QMC are marked experimental by Optuna; they are what a
+# shared study needs, so their warnings are silenced here once.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 HEARTBEAT_ENV = "SUITE_HEARTBEAT_S"  # seconds between heartbeats; stale after 3 missed
 

@@ -156,6 +156,7 @@ class _Group:
             if not isinstance(module, ClassificationModule):
                 raise SuiteError("replicate group: the task's head is not ClassificationModule")
             record["head"] = getattr(module, "head_name", task.spec.head)
+            record["drawn_weights"] = list(getattr(module, "drawn_weights", []))
             record["module"] = module  # partial results survive a crash mid-training
             record.update(epochs_run=h.epochs_for(len(train)), eval_every=h.eval_every(len(train)))
             self.modules.append(module.to(self.device))

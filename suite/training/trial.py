@@ -32,7 +32,7 @@ warnings.filterwarnings("ignore", module=r"lightning\..*")
 
 @dataclass(frozen=True)
 class Seeds:
-    init: int  # the new head's weights
+    init: int  # the new head's weights, and the encoder weights its checkpoint lacked
     order: int  # training data order and dropout masks
     subsample: int  # which training examples a small-data size draws
 
@@ -139,9 +139,11 @@ def _fit(
     if task.eval_note is not None:
         record["eval_set"] = task.eval_note()
 
-    torch.manual_seed(plan.seeds.init)  # the head's initial weights
+    torch.manual_seed(plan.seeds.init)  # the head's initial weights, and weights the checkpoint lacks
     module = task.build_module(load_encoder(model), plan.hparams)
     record["head"] = getattr(module, "head_name", task.spec.head)
+    # Encoder weights the checkpoint lacked (a masked-LM checkpoint's pooler), drawn under the init seed.
+    record["drawn_weights"] = list(getattr(module, "drawn_weights", []))
     torch.manual_seed(plan.seeds.order)  # dropout masks
     datamodule = FeatureDataModule(
         train,

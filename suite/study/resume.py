@@ -1,0 +1,144 @@
+"""Whether a stored study resumes, grows or is refused, decided from its stored fingerprint.
+
+- Same fingerprint: it resumes.
+- A strict superset of its plan (more repeats or init/order seeds, more subsamples, more sizes,
+  more recipes or grid values; everything else equal): it grows. Only the new trials are queued;
+  the stored ones are untouched, and the seeds of earlier repeats never change (one seed stream
+  per axis, `sweep.child_seed`).
+- Only the software stack differs and the user allows it (`--allow-stack-change`): it resumes,
+  marked mixed in every output.
+- Anything else: refused, naming what changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from suite.config.sweep import SweepSpec
+from suite.config.task import TaskSpec
+from suite.errors import SuiteError
+from suite.study.fingerprint import STACK, differences, refusal
+
+# Fingerprint fields a plan may extend: whether it does is decided on the planned trials.
+_GROWABLE = (
+    "task.sizes",
+    "sweep.seeds.repeats",
+    "sweep.seeds.init",
+    "sweep.seeds.order",
+    "sweep.seeds.subsample",
+    "sweep.seeds.subsample_seeds",
+    "sweep.budget",
+)
+_GROWABLE_PREFIXES = ("sweep.space", "sweep.recipes.")
+
+
+@dataclass(frozen=True)
+class Resumption:
+    """How a stored study continues: `grown` names the extended fields (empty: the same plan)."""
+
+    grown: list[str] = field(default_factory=list)
+    added: int = 0  # planned trials the stored plan did not have
+    stored: int = 0  # planned trials of the stored plan
+    stack_changed: list[str] = field(default_factory=list)  # allowed stack differences
+    adopt_stack: bool = False  # stored before the stack was in a fingerprint: store it now
+
+    def describe(self) -> str:
+        parts = []
+        if self.grown:
+            parts.append(
+                f"adds {self.added} trials to a stored study of {self.stored} ({', '.join(self.grown)})"
+            )
+        if self.stack_changed:
+            parts.append(f"resumed on another software stack ({'; '.join(self.stack_changed)}): marked mixed")
+        return "; ".join(parts)
+
+
+def resumption(
+    stored: dict[str, Any] | None,
+    current: dict[str, Any],
+    info: dict[str, Any] | None,
+    task: TaskSpec,
+    sweep: SweepSpec,
+    study: str,
+    where: str,
+    allow_stack_change: bool = False,
+) -> Resumption:
+    """How the stored study (its fingerprint and run info) continues with the current plan; a
+    SuiteError naming the difference when it cannot."""
+    if stored is None:
+        raise SuiteError(refusal(study, where, None))
+    adopt = not any(k.startswith(STACK) for k in stored)
+    if adopt:  # made before the stack was part of a study's identity: compare the versions it recorded
+        recorded = {f"{STACK}{k}": v for k, v in ((info or {}).get("versions") or {}).items()}
+        stored = {**stored, **{k: v for k, v in recorded.items() if k in current}}
+        current = {k: v for k, v in current.items() if not k.startswith(STACK) or k in stored}
+    changed = [
+        p
+        for p in sorted(set(stored) | set(current))
+        if stored.get(p, "(absent)") != current.get(p, "(absent)")
+    ]
+    stack = [p for p in changed if p.startswith(STACK)]
+    # A head the stored plan never trained (absent) may join with new trials: its version is new.
+    fixed = [p for p in changed if not p.startswith(STACK) and not _growable(p) and not _new_head(p, stored)]
+    if fixed or (stack and not allow_stack_change):
+        hint = " (or --allow-stack-change to resume on this stack)" if stack and not fixed else ""
+        raise SuiteError(refusal(study, where, _shown(stored, current, fixed + stack)) + hint)
+    grown = [p for p in changed if _growable(p) or _new_head(p, stored)]
+    stack_text = differences({p: stored.get(p) for p in stack}, {p: current.get(p) for p in stack}, limit=6)
+    if not grown:
+        return Resumption(stack_changed=stack_text, adopt_stack=adopt)
+    return dataclasses.replace(
+        _grown(grown, info, task, sweep, study, where, stored, current, stack_text), adopt_stack=adopt
+    )
+
+
+def _grown(
+    grown: list[str],
+    info: dict[str, Any] | None,
+    task: TaskSpec,
+    sweep: SweepSpec,
+    study: str,
+    where: str,
+    stored: dict[str, Any],
+    current: dict[str, Any],
+    stack_text: list[str],
+) -> Resumption:
+    """A grown plan: every stored planned trial is still planned, and there are new ones."""
+    from suite.study.plan import plan_trials
+
+    shown = _shown(stored, current, grown)
+    if sweep.adaptive:
+        raise SuiteError(refusal(study, where, shown) + " (a TPE study's settings cannot be re-planned)")
+    if not info or "task" not in info or "sweep" not in info:
+        raise SuiteError(refusal(study, where, shown) + " (the stored study has no plan to extend)")
+    old = {
+        p.key
+        for p in plan_trials(TaskSpec.model_validate(info["task"]), SweepSpec.model_validate(info["sweep"]))
+    }
+    new = {p.key for p in plan_trials(task, sweep)}
+    if new < old and info.get("grown"):  # the options that grew the study were left out of this command
+        raise SuiteError(
+            f"study {study!r} in {where} plans {len(old)} trials, this command {len(new)} of them "
+            f"({'; '.join(shown)}): it was grown; rerun with the options that grew it (run.json: grown)"
+        )
+    if not old < new:
+        dropped = len(old - new)
+        why = f"drops {dropped} of its {len(old)} planned trials" if dropped else "plans the same trials"
+        raise SuiteError(refusal(study, where, shown) + f" (not a superset of the stored plan: it {why})")
+    return Resumption(grown=shown, added=len(new - old), stored=len(old), stack_changed=stack_text)
+
+
+def _new_head(path: str, stored: dict[str, Any]) -> bool:
+    return path.startswith("head_code.") and path not in stored
+
+
+def _growable(path: str) -> bool:
+    return path in _GROWABLE or path.startswith(_GROWABLE_PREFIXES)
+
+
+def _shown(stored: dict[str, Any], current: dict[str, Any], paths: list[str]) -> list[str]:
+    return differences(
+        {p: stored.get(p, "(absent)") for p in paths}, {p: current.get(p, "(absent)") for p in paths}
+    )
