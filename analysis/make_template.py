@@ -47,7 +47,12 @@ CELLS = [
         "examples* uncertainty of one run's dev score (the per-example bootstrap stderr that "
         "lm-evaluation-harness prints) is the next table; it shrinks with a larger dev set while the "
         "seed spread does not. A failed run scored no better than the best constant prediction on "
-        "the evaluation set (or diverged); crashed trials are not runs."
+        "the evaluation set (or diverged); crashed trials are not runs. **Which dominates**: the "
+        "dev-set noise share (Jordan 2024) is the part of the runs' variance a finite dev set adds on "
+        "its own, (1/n^2) sum p_i (1 - p_i) over the examples' correctness rates, divided by the "
+        "observed variance: near 1, the seeds look unstable only because the dev set is small (a "
+        "larger one, not more seeds, would steady the score); near 0, the training itself varies. "
+        "Defined for accuracy and exact match."
     ),
     new_code_cell(
         "display(pd.DataFrame([{'size': e['size'], 'setting': labels.get(setting_key(e['setting']), ''),\n"
@@ -55,6 +60,8 @@ CELLS = [
         "    'dev-set stderr of one run (x100, across examples)': 100 * (e['examples']['dev_se_median'] or float('nan')),\n"
         "    'examples flipping across seeds': (e['examples']['agreement'] or {}).get('flip_share'),\n"
         "    \"Fleiss' kappa\": (e['examples']['agreement'] or {}).get('fleiss_kappa'),\n"
+        "    'dev-set noise share (Jordan)': (e['examples'].get('eval_noise') or {}).get('share'),\n"
+        "    'dominated by': (e['examples'].get('eval_noise') or {}).get('dominates'),\n"
         "    'runs for median +-0.5 / +-1 (at least)': '{} / {}'.format(*[(e['summary']['seeds_needed'] or {}).get('targets', {}).get(t, {}).get('runs_needed') for t in ('0.5', '1')]),\n"
         "} for e in board['entries']]).round(3))"
     ),
@@ -124,6 +131,16 @@ CELLS = [
     new_code_cell(
         "importance = {f\"size {e['size']}\": e['importance'] for e in board['entries']}  # one per size, on each of its entries\n"
         "plots.display([(size, plots.importance_bar(result, size)) for size, result in importance.items()])"
+    ),
+    new_markdown_cell(
+        "## Across tasks\n\nA leaderboard over several tasks aggregates each model's runs (normalised per "
+        "task: 0 = best constant prediction, 1 = the comparable reported median, else a perfect score): "
+        "the share of runs above each normalised score, with its bootstrap band. One task: nothing to draw."
+    ),
+    new_code_cell(
+        "aggregates = board.get('aggregates') or {}\n"
+        "plots.display([(f'size {size}', plots.performance_profile(agg, f'size {size}')) for size, agg in aggregates.items() if isinstance(agg, dict)]\n"
+        "              or aggregates.get('note', 'one task: nothing to aggregate across tasks'))"
     ),
     new_markdown_cell("## Loss curves per size"),
     new_code_cell("plots.display(plots.loss_curves(records))"),

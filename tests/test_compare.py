@@ -330,3 +330,24 @@ def test_a_run_that_scored_exactly_zero_is_a_pair_not_a_missing_score() -> None:
     (block,) = compare(a, b)["blocks"]
     assert block["paired"]["n_pairs"] == 8 and block["paired"]["median_diff"] == pytest.approx(0.1)
     assert block["paired"]["test"]["decidable"]
+
+
+def test_a_matrix_of_studies_holm_corrects_every_pair() -> None:
+    """Three studies on the same seeds: C is 5 points better than A and B, B equals A up to noise.
+    Every pair is compared per block; Holm's adjusted p is never below the raw one and only the
+    pairs with C differ."""
+    from suite.stats.matrix import compare_matrix, format_matrix
+
+    effect = np.random.default_rng(1).normal(0, 0.02, 8)
+    noise = np.random.default_rng(2).normal(0, 0.002, 8)
+    a = _study({100: 0.60}, 1e-4, 8, 0.0, effect)
+    b = _study({100: 0.60}, 3e-5, 8, 0.0, effect + noise)
+    c = _study({100: 0.60}, 2e-5, 8, 0.05, effect)
+    a, b, c = ([{**r, "metric": "accuracy"} for r in side] for side in (a, b, c))
+    found = compare_matrix([("A", a), ("B", b), ("C", c)])
+    pairs = {(r["a"], r["b"]): r for r in found["rows"]}
+    assert found["comparisons"] == 3 and set(pairs) == {("A", "B"), ("A", "C"), ("B", "C")}
+    assert all(r["p_holm"] >= r["p_two_sided"] and r["paired"] for r in found["rows"])
+    assert pairs[("A", "C")]["differ"] and pairs[("B", "C")]["differ"] and not pairs[("A", "B")]["differ"]
+    assert abs(pairs[("A", "C")]["estimate"] - 0.05) < 1e-9
+    assert "3 comparisons" in format_matrix(found) and "Holm" in format_matrix(found)

@@ -67,3 +67,29 @@ def test_example_summary_sets_seed_spread_beside_dev_error() -> None:
     assert summary["across_seeds_std"] == pytest.approx(0.2)
     assert 0.03 < summary["dev_se_median"] < 0.07  # sqrt(.25/100) = 0.05 for the middle run
     assert summary["agreement"]["runs"] == 3
+
+
+def _noise_records(correct: np.ndarray) -> list[dict]:
+    return [{"score": float(c.mean()), "per_example": {"correct": c.tolist()}} for c in correct]
+
+
+def test_eval_noise_recovers_a_known_split_of_the_between_run_variance() -> None:
+    """Runs that differ only by per-example coin flips are all dev-set noise (share ~1); a run-level
+    shift adds known real spread, and the share falls to noise / (noise + shift variance)."""
+    from suite.stats.examples import eval_noise
+
+    rng = np.random.default_rng(0)
+    runs, n = 400, 400
+    rate = rng.beta(4, 2, n)  # each example's chance to be right
+    flips = (rng.random((runs, n)) < rate).astype(int)
+    found = eval_noise(_noise_records(flips), "accuracy")
+    assert found is not None and 0.85 < found["share"] <= 1.0 and found["dominates"] == "dev-set sampling"
+    expected_noise = float((rate * (1 - rate)).sum() / n**2)
+    assert abs(found["noise_var"] - expected_noise) / expected_noise < 0.1
+    shift = rng.normal(0, 0.04, runs)[:, None]  # a run-level shift of each run's correctness rate
+    shifted = (rng.random((runs, n)) < np.clip(rate + shift, 0, 1)).astype(int)
+    found = eval_noise(_noise_records(shifted), "accuracy")
+    truth = expected_noise / (expected_noise + 0.04**2)
+    assert abs(found["share"] - truth) < 0.1 and found["dominates"] == "seeds (training)"
+    assert eval_noise(_noise_records(flips), "f1") is None  # F1 is not a mean of 0/1 outcomes
+    assert eval_noise(_noise_records(flips[:2]), "accuracy") is None

@@ -1,12 +1,15 @@
 """`suite site`: the static leaderboard page, rendered in headless Chromium (the system's
 `chromium` driven by playwright; no browser download): one row per entry, sorting and filtering
-work, the console has no errors, and the page makes no network request."""
+work, each entry's dev-set noise share and each file's cross-task performance profile are shown,
+the console has no errors, and the page makes no network request."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +17,7 @@ import pytest
 
 from suite.commands.cli import main
 from suite.outputs.leaderboard import write_leaderboard
-from suite.outputs.site import build_rows
+from suite.outputs.site import build_aggregates, build_rows
 
 REPORTED = {"model": "bert-base", "value": 69.3, "metric": "accuracy", "statistic": "median",
             "n_runs": 5, "split": "dev", "size": 500, "source": "Sanh et al. 2019, Table 1",
@@ -125,17 +128,33 @@ def leaderboards(tmp_path: Path) -> list[Path]:
     return [tmp_path / "a.json", tmp_path / "b.json"]
 
 
+@pytest.fixture
+def multitask(tmp_path: Path) -> Path:
+    """A leaderboard of two models on two tasks at one size (so it has a cross-task aggregate);
+    the rte runs store per-example outcomes (so those entries have a dev-set noise share)."""
+    runs = tmp_path / "multi"
+    document = write_leaderboard(
+        [write_run(runs / "rte/bert-base", "rte", "bert-base", 0.62, 5, [REPORTED], examples=60),
+         write_run(runs / "rte/minilm", "rte", "minilm", 0.50, 6, examples=60),
+         write_run(runs / "sst2/bert-base", "sst2", "bert-base", 0.80, 7),
+         write_run(runs / "sst2/minilm", "sst2", "minilm", 0.70, 8)],
+        tmp_path / "m.json",
+    )  # fmt: skip
+    assert list(document["aggregates"]) == ["500"]
+    assert set(document["aggregates"]["500"]["groups"]) == {"bert-base", "minilm"}
+    noisy = [e["task"] for e in document["entries"] if e["examples"]["eval_noise"]]
+    assert sorted(noisy) == ["rte"] * 4  # two settings per model
+    return tmp_path / "m.json"
+
+
 def _chromium() -> str | None:
     return next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 
 
-def test_site_page_sorts_filters_and_is_self_contained(
-    leaderboards: list[Path], tmp_path: Path, capsys
-) -> None:  # noqa: ANN001
-    out = tmp_path / "site"
-    assert main(["site", *map(str, leaderboards), "-o", str(out)]) == 0
-    page = (out / "index.html").read_text()
-    assert "<script src" not in page and "<link" not in page and "http://" not in page  # all inlined
+@contextmanager
+def _browser(page: Path) -> Iterator:  # a playwright Page
+    """The page in headless chromium (or a skip); afterwards: no console error or warning, no
+    request beyond the file itself."""
     executable = _chromium()
     if executable is None:
         pytest.skip("no chromium binary found (CI installs Debian's chromium in .ci/run)")
@@ -149,11 +168,28 @@ def test_site_page_sorts_filters_and_is_self_contained(
         view.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
         view.on("pageerror", lambda e: problems.append(str(e)))
         view.on("request", lambda r: requests.append(r.url))
-        view.goto((out / "index.html").as_uri())
+        view.goto(page.as_uri())
+        yield view
+        browser.close()
+    assert not problems, problems
+    assert all(url.startswith("file://") for url in requests), requests
+
+
+def test_site_page_sorts_filters_and_is_self_contained(
+    leaderboards: list[Path], tmp_path: Path, capsys
+) -> None:  # noqa: ANN001
+    out = tmp_path / "site"
+    assert main(["site", *map(str, leaderboards), "-o", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    assert "<script src" not in page and "<link" not in page and "http://" not in page  # all inlined
+    with _browser(out / "index.html") as view:
         rows = view.locator("#board tbody tr")
         assert rows.count() == 6  # one per entry of both leaderboards
         assert view.locator("#board tbody svg.dist").count() == 6
         assert view.locator("#board tbody svg.dist circle").count() == 6 * 6  # every run is a dot
+        assert view.locator("td.noise").all_inner_texts() == ["\u2013"] * 6  # no per-example outcomes
+        notes = view.locator(".aggregate .note").all_inner_texts()  # one task per file: no aggregate
+        assert notes == ["one task: nothing to aggregate"] * 2 and view.locator("svg.profile").count() == 0
 
         def medians() -> list[float]:
             return [float(t.split()[0]) for t in view.locator("td.median").all_inner_texts()]
@@ -176,9 +212,6 @@ def test_site_page_sorts_filters_and_is_self_contained(
         link = view.locator("ul.reported a").first  # a comparable reported number cites its paper
         assert link.get_attribute("href") == "https://arxiv.org/abs/1910.01108"
         view.screenshot(path=str(tmp_path / "site.png"), full_page=True)
-        browser.close()
-    assert not problems, problems
-    assert all(url.startswith("file://") for url in requests), requests
     assert (tmp_path / "site.png").stat().st_size > 10_000
 
 
@@ -211,3 +244,104 @@ def test_site_reranks_entries_across_files(leaderboards: list[Path], tmp_path: P
         rows[0]["group"]
         == "dev, max_length 128, data " + json.loads(third.read_text())["entries"][0]["rank_group"]["data"]
     )
+
+
+def _embedded(page: str, name: str) -> object:
+    found = re.search(f'<script id="{name}" type="application/json">(.*?)</script>', page, re.S)
+    assert found, name
+    return json.loads(found.group(1).replace("<\\/", "</"))
+
+
+def _noise_label(noise: dict) -> str:
+    return f"{noise['share']:.2f} ({'dev set' if noise['dominates'] == 'dev-set sampling' else 'seeds'})"
+
+
+def test_site_carries_the_noise_share_and_the_cross_task_aggregate(
+    multitask: Path, leaderboards: list[Path], tmp_path: Path
+) -> None:
+    """Each row carries its entry's eval_noise; per file and size the page's data carries the
+    leaderboard's aggregate (IQM, profile per model), or the note saying why there is none."""
+    document = json.loads(multitask.read_text())
+    rows = {(r["task"], r["model"], r["median"]): r for r in build_rows([multitask])}
+    assert len(rows) == len(document["entries"]) == 8
+    for entry in document["entries"]:
+        row = rows[(entry["task"], entry["model"], 100 * entry["summary"]["all"]["median"])]
+        noise = entry["examples"]["eval_noise"]
+        if noise is None:
+            assert row["noise"] is None and row["task"] == "sst2"
+        else:
+            assert row["noise"]["share"] == noise["share"] and 0 <= noise["share"] <= 1
+            assert row["noise"]["dominates"] == noise["dominates"] and row["noise"]["examples"] == 60
+
+    noted = tmp_path / "n.json"  # a multi-task file whose aggregate could not be built: its note
+    noted.write_text(json.dumps({**document, "aggregates": {"note": "no size is shared by two tasks"}}))
+    out = tmp_path / "site"
+    assert main(["site", str(leaderboards[0]), str(multitask), str(noted), "-o", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    assert "<script src" not in page and "http://" not in page and "https://cdn" not in page
+    assert "function drawProfile(block)" in page and 'data-key="noise"' in page and "Jordan 2024" in page
+    assert [r["noise"] for r in _embedded(page, "data")] == [
+        r["noise"] for r in build_rows([leaderboards[0], multitask, noted])
+    ]
+    blocks = _embedded(page, "aggregates")
+    assert blocks == build_aggregates([leaderboards[0], multitask, noted])
+    assert [(b["board"], b.get("size")) for b in blocks] == [
+        ("a.json", None),
+        ("m.json", "500"),
+        ("n.json", None),
+    ]
+    assert blocks[0]["note"] == "one task: nothing to aggregate" and "groups" not in blocks[0]
+    assert blocks[2] == {"board": "n.json", "note": "no size is shared by two tasks"}
+    stored = document["aggregates"]["500"]
+    assert set(blocks[1]["groups"]) == set(stored["groups"]) == {"bert-base", "minilm"}
+    for name, group in blocks[1]["groups"].items():
+        assert group["iqm"] == stored["groups"][name]["iqm"] and group["iqm"]["interval"] is not None
+        profile = group["profile"]
+        assert profile == {
+            k: stored["groups"][name]["profile"][k] for k in ("taus", "share", "lower", "upper")
+        }
+        assert 0.0 in profile["taus"] and 1.0 in profile["taus"]
+        assert len(profile["taus"]) == len(profile["share"]) == len(profile["lower"]) == len(profile["upper"])
+    assert blocks[1]["normalisation"] == {t: n["kind"] for t, n in stored["normalisation"].items()}
+    assert blocks[1]["note"] == stored["note"]
+
+
+def test_site_draws_the_noise_share_and_a_profile_per_model(
+    multitask: Path, leaderboards: list[Path], tmp_path: Path
+) -> None:
+    """In the browser: the noise column (label, tooltip, sorting) and, per aggregate, an inline SVG
+    with a step line and a band per model, the tau 0 and tau 1 marks, and the IQM lines."""
+    out = tmp_path / "site"
+    assert main(["site", str(leaderboards[0]), str(multitask), "-o", str(out)]) == 0
+    rows = build_rows([leaderboards[0], multitask])
+    stored = json.loads(multitask.read_text())["aggregates"]["500"]
+    with _browser(out / "index.html") as view:
+        assert view.locator("#board tbody tr").count() == len(rows) == 12
+        cells = view.locator("td.noise")
+        expected = [_noise_label(r["noise"]) if r["noise"] else "\u2013" for r in rows]
+        assert sorted(cells.all_inner_texts()) == sorted(expected) and expected.count("\u2013") == 8
+        assert "Jordan 2024" in view.get_attribute("th[data-key=noise]", "title")
+        view.click("th[data-key=noise]")  # ascending by share, entries without one last
+        ordered = sorted((r["noise"] for r in rows if r["noise"]), key=lambda n: n["share"])
+        assert cells.all_inner_texts() == [_noise_label(n) for n in ordered] + ["\u2013"] * 8
+        assert "Jordan 2024" in cells.first.get_attribute("title")
+
+        assert view.locator("svg.profile").count() == 1  # one aggregate: m.json at size 500
+        lines = view.locator("svg.profile path.share")
+        models = lines.evaluate_all("ps => ps.map(p => p.dataset.model)")
+        assert sorted(models) == ["bert-base", "minilm"]  # one step line per model
+        for model, d in zip(
+            models, lines.evaluate_all("ps => ps.map(p => p.getAttribute('d'))"), strict=True
+        ):
+            assert d.startswith("M") and d.count("H") == len(stored["groups"][model]["profile"]["taus"]) - 1
+        assert view.locator("svg.profile path.band").count() == 2
+        assert view.locator("svg.profile line.mark").count() == 2  # tau 0 and tau 1, dotted
+        labels = view.locator("svg.profile text").all_text_contents()
+        assert "constant prediction" in labels and "reference" in labels
+        legend = view.locator("ul.iqm li").all_inner_texts()
+        for name, group in stored["groups"].items():
+            (lo, hi), estimate = group["iqm"]["interval"], group["iqm"]["estimate"]
+            assert f"{name}: IQM {estimate:.2f} [{lo:.2f}, {hi:.2f}]" in legend
+        assert view.locator(".aggregate h3").all_inner_texts() == ["a.json", "m.json, size 500"]
+        assert view.locator(".aggregate .note").first.inner_text() == "one task: nothing to aggregate"
+        view.screenshot(path=str(tmp_path / "profile.png"), full_page=True)

@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     board = sub.add_parser("leaderboard", help="merge run folders into one leaderboard JSON")
     board.add_argument("runs", nargs="+", help="run folders (runs/<task>/<model>)")
     board.add_argument("-o", "--output", default="leaderboard.json")
+    board.add_argument(
+        "--reference", help="across tasks: the model every other's probability of improvement is against"
+    )
     check = sub.add_parser("check-leaderboard", help="validate a leaderboard JSON against its schema")
     check.add_argument("path")
     report = sub.add_parser("report", help="execute the variance report notebook (.ipynb + .html)")
@@ -116,7 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
         "each but different between them are what is compared); runs paired by seeds within a block.",
     )
     comp.add_argument("run_a")
-    comp.add_argument("run_b", nargs="?", help="omit for the recipe table of RUN_A's study")
+    comp.add_argument(
+        "run_b",
+        nargs="*",
+        help="omit for the recipe table of RUN_A's study; two or more: every pair, Holm-corrected",
+    )
     comp.add_argument(
         "--reference",
         help="the recipe every other is tested against (default: each recipe's `reference:` in the sweep, "
@@ -168,8 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "leaderboard":
             from suite.outputs.leaderboard import write_leaderboard
 
-            doc = write_leaderboard([Path(r) for r in args.runs], Path(args.output))
+            doc = write_leaderboard([Path(r) for r in args.runs], Path(args.output), args.reference)
             print(f"{args.output}: {len(doc['entries'])} entries, schema v{doc['schema_version']}, valid")
+            from suite.outputs.leaderboard import format_aggregates
+
+            print(
+                "\n".join(format_aggregates(doc.get("aggregates"))) or "one task: no aggregate across tasks"
+            )
         elif args.command == "check-leaderboard":
             from suite.outputs.leaderboard import read_leaderboard
 
@@ -226,7 +238,7 @@ def compare_command(args: argparse.Namespace) -> None:
     info_a, a = load_records(Path(args.run_a))
     metric = info_a.get("task", {}).get("metric", {}).get("main", "score")
     setting = parse_setting(args.setting)
-    if args.run_b is None:
+    if not args.run_b:
         from suite.stats.recipes import format_recipe_table, recipe_table
 
         try:
@@ -238,9 +250,19 @@ def compare_command(args: argparse.Namespace) -> None:
         return
     if args.reference:
         raise SuiteError("--reference: names a recipe of one study; give one run folder")
-    info_b, b = load_records(Path(args.run_b))
+    if len(args.run_b) > 1:
+        from suite.stats.matrix import compare_matrix, format_matrix
+
+        studies = [(args.run_a, a)]
+        for run in args.run_b:
+            info, records = load_records(Path(run))
+            check_studies(info_a, info)
+            studies.append((run, records))
+        print(format_matrix(compare_matrix(studies, size=args.size, setting=setting)))
+        return
+    info_b, b = load_records(Path(args.run_b[0]))
     check_studies(info_a, info_b)
-    labels = (args.run_a, args.run_b)
+    labels = (args.run_a, args.run_b[0])
     result = compare(a, b, size=args.size, setting=setting)
     print(format_comparison(result, labels, metric))
     if args.plot:

@@ -32,7 +32,7 @@ from suite.stats.examples import example_summary
 from suite.stats.summary import gap_to_reported, hyperparameter_importance, summarize
 from suite.study.records import load_run, runs, setting_key
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 RANKING_RULE = (
     "one entry per (task, model, size, setting); ranked only within a rank group (task, eval_split, "
     "metric, size, evaluation set, eval_limit subsample, max_length, data content digest): "
@@ -192,7 +192,9 @@ def _head_kind(records: list[dict[str, Any]], task: dict[str, Any]) -> str:
     return "crf" if task["head"] == "tagging" and task.get("tagging", {}).get("crf") else "auto"
 
 
-def build(studies: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]]) -> dict[str, Any]:
+def build(
+    studies: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]], reference: str | None = None
+) -> dict[str, Any]:
     entries = []
     for info, records in studies:
         if not info or not records:
@@ -219,7 +221,68 @@ def build(studies: Iterable[tuple[dict[str, Any], list[dict[str, Any]]]]) -> dic
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         },
         "entries": entries,
+        **({"aggregates": found} if (found := cross_task(entries, reference)) is not None else {}),
     }
+
+
+def cross_task(entries: list[dict[str, Any]], reference: str | None = None) -> dict[str, Any] | None:
+    """Per model across tasks (suite.stats.aggregate: normalised IQM, performance profile, average
+    probability of improvement): one aggregate per size that several tasks share, else one over
+    each task's single size; None for one task. A leaderboard that cannot be aggregated (a task
+    at several sizes and none shared) says why instead of failing."""
+    from suite.stats.aggregate import aggregate, aggregate_by_size
+
+    tasks = {e["task"] for e in entries}
+    if len(tasks) < 2:
+        return None
+    options: dict[str, Any] = {
+        "by": "model",
+        "settings": "best",
+        "fallback": "perfect",
+        "reference": reference,
+    }
+    try:
+        found = aggregate_by_size(entries, **options)
+        one_size = all(len({str(e["size"]) for e in entries if e["task"] == t}) == 1 for t in tasks)
+        if not found and one_size:
+            found = {"each task's own size": aggregate(entries, **options)}
+    except SuiteError as err:
+        if reference is not None and "reference" in str(err):  # a wrong --reference is the user's to fix
+            raise SuiteError(f"--reference: {err}") from None
+        return {"note": str(err)}
+    if not found:
+        return {"note": "no size is shared by two tasks"}
+    return json.loads(json.dumps(found, default=_plain))
+
+
+def format_aggregates(aggregates: dict[str, Any] | None) -> list[str]:
+    """Printed lines of `cross_task`: per size and model, the normalised IQM with its interval and
+    the share of runs above the constant prediction (tau 0 of the profile)."""
+    if not aggregates:
+        return []
+    if "note" in aggregates and "groups" not in aggregates:
+        return [f"across tasks: {aggregates['note']}"]
+    lines = []
+    for size, found in aggregates.items():
+        scales = ", ".join(f"{t} {n['kind']}" for t, n in sorted(found["normalisation"].items()))
+        lines.append(f"across tasks at {size} (normalised: 0 = constant prediction, 1 = {scales}):")
+        for name, group in found["groups"].items():
+            lo, hi = group["iqm"]["interval"]
+            profile = group["profile"]
+            above = profile["share"][profile["taus"].index(0.0)] if 0.0 in profile["taus"] else None
+            runs = f"; {above:.0%} of runs above the constant prediction" if above is not None else ""
+            lines.append(f"  {name}: IQM {group['iqm']['estimate']:.2f} [{lo:.2f}, {hi:.2f}]{runs}")
+        for name, better in (found.get("improvement") or {}).items():
+            lo, hi = better["interval"]
+            lines.append(
+                f"  P({name} > {better['vs']}) averaged over tasks: {better['estimate']:.2f} "
+                f"[{lo:.2f}, {hi:.2f}]"
+            )
+    return lines
+
+
+def _plain(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else str(value)
 
 
 def _rank_key(e: dict[str, Any]) -> tuple:
@@ -245,12 +308,12 @@ def size_order(size: Any) -> tuple[int, int]:
     return (1, 0) if size == "full" else (0, int(size))
 
 
-def write_leaderboard(sources: list[str | Path], out: Path) -> dict[str, Any]:
+def write_leaderboard(sources: list[str | Path], out: Path, reference: str | None = None) -> dict[str, Any]:
     """Merge the studies of the given run folders (each folder's own study, read from its
     run.json and trials.jsonl), validate, write atomically."""
     from suite.study.storage import write_atomic
 
-    document = build([load_run(source) for source in sources])
+    document = build([load_run(source) for source in sources], reference)
     validate(document, str(out))
     write_atomic(Path(out), json.dumps(document, indent=1, sort_keys=True) + "\n")
     return document

@@ -341,6 +341,25 @@ def loss_curves(records: Records) -> Result:
     return fig
 
 
+def performance_profile(aggregate: dict[str, Any] | None, title: str = "") -> Result:
+    """The share of each model's runs above each normalised score, with its bootstrap band
+    (rliable's performance profile, suite.stats.aggregate): tau 0 is the best constant prediction
+    (the share there is 1 - the failure rate), tau 1 the reported median (or a perfect score)."""
+    if not aggregate or not aggregate.get("groups"):
+        return (aggregate or {}).get("note") or "one task: nothing to aggregate across tasks"
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, group in aggregate["groups"].items():
+        p = group["profile"]
+        ax.step(p["taus"], p["share"], where="post", label=name)
+        ax.fill_between(p["taus"], p["lower"], p["upper"], step="post", alpha=0.2)
+    for tau in (0, 1):
+        ax.axvline(tau, ls=":", c="grey")
+    ax.set(xlabel="normalised score (0: constant prediction, 1: reference)", ylabel="share of runs above")
+    ax.set_title(title or "performance profile")
+    ax.legend()
+    return fig
+
+
 def compare_runs(a: Records, b: Records, labels: tuple[str, str], metric: str) -> plt.Figure:
     """Two studies side by side, one facet per size (each study's settings apart)."""
     df = pd.concat([frame(a).assign(study=labels[0]), frame(b).assign(study=labels[1])])

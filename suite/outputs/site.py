@@ -3,15 +3,19 @@
 Everything is inlined (data, CSS, JS, SVG), so the page opens from disk with no server and no
 network: a sortable, filterable table of entries (median with its interval, IQR, failure rate
 with its Wilson interval, comparable reported numbers with citation links) and each entry's
-score distribution as an inline SVG strip and box plot (red: failed runs). Entries of all the
-files are ranked together within the leaderboard's rank groups (one rank 1 per group), and each
-row names its group and the file it came from.
+score distribution as an inline SVG strip and box plot (red: failed runs), and each entry's
+dev-set noise share (Jordan 2024: the share of the between-run variance that a finite dev set
+adds). Entries of all the files are ranked together within the leaderboard's rank groups (one
+rank 1 per group), and each row names its group and the file it came from. Below the table, per
+file and training size, the cross-task aggregate (`aggregates`, suite.stats.aggregate): a
+performance profile per model, drawn by the page's JS as an inline SVG, and its normalised IQM.
 """
 
 from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +59,15 @@ def _mixed(entry: dict[str, Any]) -> bool:
     return bool((entry.get("stack") or {}).get("mixed"))
 
 
+def _noise(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The entry's dev-set noise share (suite.stats.examples.eval_noise), or None."""
+    found = (entry.get("examples") or {}).get("eval_noise")
+    if not found:
+        return None
+    keys = ("share", "noise_var", "between_runs_var", "dominates", "runs", "examples")
+    return {k: found.get(k) for k in keys}
+
+
 def _row(entry: dict[str, Any], board: str, scale: tuple[float, float]) -> dict[str, Any]:
     summary = entry["summary"]
     stats, intervals = summary["all"], summary["intervals"]
@@ -74,6 +87,7 @@ def _row(entry: dict[str, Any], board: str, scale: tuple[float, float]) -> dict[
         "median": None if median is None else 100 * median,
         "median_ci": _interval(intervals.get("median")),
         "iqr": None if stats.get("iqr") is None else 100 * stats["iqr"],
+        "noise": _noise(entry),
         "failure_rate": summary["failure_rate"],
         "failure_ci": _interval(intervals.get("failure_rate"), 1.0),
         "unit": (intervals.get("median") or {}).get("unit", ""),
@@ -143,14 +157,18 @@ def _names(paths: list[Path]) -> list[str]:
     return [p.name if names.count(p.name) == 1 else str(p) for p in paths]
 
 
-def build_rows(paths: list[Path]) -> list[dict[str, Any]]:
+Documents = list[tuple[str, dict[str, Any]]]
+
+
+def _read(paths: list[Path]) -> Documents:
+    """Each (validated) leaderboard with the name the page gives its file."""
+    return [(name, read_leaderboard(p)) for p, name in zip(paths, _names(paths), strict=True)]
+
+
+def build_rows(paths: list[Path], documents: Documents | None = None) -> list[dict[str, Any]]:
     """Every entry of every (validated) leaderboard as the page's rows, re-ranked across the
     files within the leaderboard's rank groups (each file's own ranks are not comparable)."""
-    entries = [
-        {**e, "board": name}
-        for p, name in zip(paths, _names(paths), strict=True)
-        for e in read_leaderboard(p)["entries"]
-    ]
+    entries = [{**e, "board": name} for name, doc in documents or _read(paths) for e in doc["entries"]]
     rank(entries)
     scales = _scales(entries)
     rows = [_row(e, e["board"], scales[(e["task"], e["metric"])]) for e in entries]
@@ -159,21 +177,67 @@ def build_rows(paths: list[Path]) -> list[dict[str, Any]]:
     return rows
 
 
-def render(rows: list[dict[str, Any]], sources: list[str]) -> str:
+def _aggregate(board: str, size: str, found: dict[str, Any]) -> dict[str, Any]:
+    """What the page draws of one cross-task aggregate: per model the IQM and the profile."""
+    groups = {
+        name: {
+            "iqm": group["iqm"],
+            "profile": {k: group["profile"].get(k) for k in ("taus", "share", "lower", "upper")},
+            "tasks": group.get("tasks", []),
+            "complete": group.get("complete", True),
+            "failure_rate": group.get("failure_rate"),
+        }
+        for name, group in found["groups"].items()
+    }
+    improvement = {n: i for n, i in (found.get("improvement") or {}).items() if i.get("estimate") is not None}
+    return {
+        "board": board,
+        "size": size,
+        "groups": groups,
+        "normalisation": {t: n["kind"] for t, n in sorted(found.get("normalisation", {}).items())},
+        "improvement": improvement,
+        "note": found.get("note") or "",
+    }
+
+
+def build_aggregates(paths: list[Path], documents: Documents | None = None) -> list[dict[str, Any]]:
+    """Per file and training size, the leaderboard's cross-task aggregate (`aggregates`, see
+    `cross_task` in suite/outputs/leaderboard.py) as the page draws it; a file without one gets
+    a block with its note only (one task, or why it could not be aggregated)."""
+    blocks = []
+    for name, doc in documents or _read(paths):
+        found = doc.get("aggregates")
+        if not found:
+            several = len({e["task"] for e in doc["entries"]}) > 1  # a file written before aggregates
+            note = "no cross-task aggregate in this file" if several else "one task: nothing to aggregate"
+            blocks.append({"board": name, "note": note})
+        elif "groups" not in found and "note" in found:
+            blocks.append({"board": name, "note": found["note"]})
+        else:
+            blocks.extend(_aggregate(name, size, one) for size, one in found.items())
+    return blocks
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True).replace("</", "<\\/")
+
+
+def render(rows: list[dict[str, Any]], sources: list[str], aggregates: Sequence[dict[str, Any]] = ()) -> str:
     """The page: data as JSON in the page (`</` escaped), the hand-written CSS and JS inlined."""
     from suite.outputs.site_assets import CONTROLS, CSS, JS
+    from suite.outputs.site_profile import PROFILE_CSS, PROFILE_JS, SECTION
 
-    data = json.dumps(rows, sort_keys=True).replace("</", "<\\/")
     title = "suite leaderboard"
     return (
         "<!doctype html>\n"
         f'<html lang="en"><head><meta charset="utf-8"><title>{title}</title>\n'
-        f"<style>{CSS}</style></head>\n<body>\n"
+        f"<style>{CSS}{PROFILE_CSS}</style></head>\n<body>\n"
         f'<h1>{title}</h1>\n<p class="sources">{len(rows)} entries from '
         f"{html.escape(', '.join(sources))}. Scores x100; intervals are 95%; click a column to sort.</p>\n"
-        f"{CONTROLS}"
-        f'<script id="data" type="application/json">{data}</script>\n'
-        f"<script>{JS}</script>\n</body></html>\n"
+        f"{CONTROLS}{SECTION}"
+        f'<script id="data" type="application/json">{_json(rows)}</script>\n'
+        f'<script id="aggregates" type="application/json">{_json(list(aggregates))}</script>\n'
+        f"<script>{JS}</script>\n<script>{PROFILE_JS}</script>\n</body></html>\n"
     )
 
 
@@ -181,8 +245,10 @@ def write_site(paths: list[Path], out: Path) -> Path:
     """Write `out/index.html` for the given leaderboards; returns its path."""
     from suite.study.storage import write_atomic
 
-    rows = build_rows(paths)
+    documents = _read(paths)
+    rows = build_rows(paths, documents)
+    aggregates = build_aggregates(paths, documents)
     out.mkdir(parents=True, exist_ok=True)
     page = out / "index.html"
-    write_atomic(page, render(rows, [p.name for p in paths]))
+    write_atomic(page, render(rows, [p.name for p in paths], aggregates))
     return page

@@ -17,7 +17,16 @@ td.setting { font-family: ui-monospace, monospace; font-size: .85em; }
 ul.reported { margin: 0; padding-left: 1em; }
 .context { color: #888; font-size: .85em; }
 td.group { color: #555; font-size: .85em; }
+td.noise.dev { color: #a94400; }
 """
+
+NOISE_TITLE = (
+    "share of the between-run variance a finite dev set adds (Jordan 2024): the variance of "
+    "independent per-example outcomes at each example's correctness rate over the variance of the "
+    "runs' scores; 'dev set' when it is at least half (more dev examples would help more than more "
+    "seeds), 'seeds' otherwise; \u2013 when not available (accuracy or exact match with per-example "
+    "outcomes of at least 3 runs)"
+)
 
 CONTROLS = """
 <div class="controls">
@@ -31,13 +40,14 @@ CONTROLS = """
     <th data-key="model">model</th>
     <th data-key="size">size</th><th data-key="setting">setting</th><th data-key="runs">runs</th>
     <th data-key="median">median [95% CI]</th><th data-key="iqr">IQR</th>
+    <th data-key="noise" title="{NOISE_TITLE}">dev-set noise</th>
     <th data-key="failure_rate">failure rate [95% CI]</th><th data-key="distribution">scores</th>
     <th data-key="reported">comparable reported numbers</th>
     <th data-key="group">ranked within</th><th data-key="board">from</th>
   </tr></thead>
   <tbody></tbody>
 </table>
-"""
+""".replace("{NOISE_TITLE}", NOISE_TITLE)
 
 JS = """
 (function () {
@@ -54,6 +64,7 @@ JS = """
     if (key === "rank") return row.position;  // ranks are per group: the groups stay together
     if (key === "reported") return row.reported.length;
     if (key === "distribution") return row.median;
+    if (key === "noise") return row.noise ? row.noise.share : null;
     return row[key];
   }
 
@@ -121,6 +132,20 @@ JS = """
     return box;
   }
 
+  function noise(tr, n) {
+    if (!n) {
+      cell(tr, "num noise", "\\u2013").title = "no dev-set noise share for this entry";
+      return;
+    }
+    const dev = n.dominates === "dev-set sampling";
+    const label = num(n.share, 2) + (dev ? " (dev set)" : " (seeds)");
+    const td = cell(tr, "num noise" + (dev ? " dev" : ""), label);
+    const counts = n.runs ? ", " + n.runs + " runs on " + n.examples + " dev examples" : "";
+    td.title = (100 * n.share).toFixed(0) + "% of the between-run variance is what the finite dev set " +
+      "adds (Jordan 2024): noise variance " + n.noise_var.toExponential(2) + " of " +
+      n.between_runs_var.toExponential(2) + counts + "; dominated by " + n.dominates;
+  }
+
   function render(row) {
     const tr = document.createElement("tr");
     tr.className = "entry";
@@ -134,6 +159,7 @@ JS = """
     const median = cell(tr, "num median", withInterval(num(row.median, 1), row.median_ci, 1, ""));
     median.title = "interval across " + row.unit;
     cell(tr, "num", num(row.iqr, 1));
+    noise(tr, row.noise);
     const rate = row.failure_rate === null ? null : 100 * row.failure_rate;
     const ci = row.failure_ci ? [100 * row.failure_ci[0], 100 * row.failure_ci[1]] : null;
     cell(tr, "num", withInterval(num(rate, 0) + "%", ci, 0, "%"));

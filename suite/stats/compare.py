@@ -30,6 +30,7 @@ from suite.stats import exact
 from suite.stats.paired import failed, pair_up, paired_units, score, unpaired_units
 from suite.stats.summary import spread
 from suite.stats.uncertainty import intervals, layout, wilson
+from suite.stats.verdicts import verdict_lines, verdicts
 from suite.study.records import load_run, outcome, runs
 
 Record = dict[str, Any]
@@ -206,7 +207,7 @@ def compare_block(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, 
     mann_whitney, permutation_median, mean_shift, brown_forsythe, failures: tests, each {name, method,
     decidable, p (None unless decidable), min_p, runs_needed, note}, or None where the design has no
     such test; hodges_lehmann {estimate, ci95, unit, method, note} or None; paired (see `paired`) or
-    None; note: why there are no tests}."""
+    None; verdicts: the field's (suite.stats.verdicts); note: why there are no tests}."""
     xa, xb = scored_values(a), scored_values(b)
     sides = {"a": _side(a, xa, seed), "b": _side(b, xb, seed)}
     out: dict[str, Any] = {
@@ -227,7 +228,11 @@ def compare_block(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, 
     return (
         out
         | location_tests(a, b, seed)
-        | {"brown_forsythe": spread_test(a, b, seed), "paired": paired(a, b, seed)}
+        | {
+            "brown_forsythe": spread_test(a, b, seed),
+            "paired": paired(a, b, seed),
+            "verdicts": verdicts(a, b, seed),
+        }
     )
 
 
@@ -371,5 +376,6 @@ def format_comparison(result: dict[str, Any], labels: tuple[str, str], metric: s
             f"{block['block']} ({block['design']} are the unit):",
             *_table(block, labels),
             *_tests(block),
+            *(verdict_lines(block["verdicts"]) if block.get("verdicts") else []),
         ]
     return "\n".join(lines)

@@ -7,7 +7,10 @@ EM/F1 per question for QA. From them:
   score ("across examples", the stderr lm-evaluation-harness prints), beside the spread across
   seeds ("across seeds");
 - agreement across seeds: the share of dev examples whose correctness flips between runs, and
-  Fleiss' kappa of correctness with runs as raters.
+  Fleiss' kappa of correctness with runs as raters;
+- the dev-set noise share of the between-run variance (Jordan, ICLR 2024): with per-example
+  correctness rates p_i across runs, the part a finite dev set adds is about (1/n^2) sum p_i (1 - p_i);
+  the rest is real spread between runs.
 """
 
 from __future__ import annotations
@@ -106,6 +109,33 @@ def agreement(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def eval_noise(records: Sequence[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+    """How much of the runs' variance is the dev set's sampling noise (Jordan 2024): the variance
+    independent per-example outcomes with each example's correctness rate would give, over the
+    observed variance of the runs' scores. Defined for scores that are means of 0/1 outcomes
+    (accuracy, exact match); None for other metrics or fewer than 3 runs on one dev set."""
+    if metric not in ("accuracy", "exact_match"):
+        return None
+    rows = [c for r in records if (c := correctness(r)) is not None and r.get("score") is not None]
+    if len(rows) < 3 or len({len(c) for c in rows}) != 1:
+        return None
+    correct = np.vstack(rows).astype(float)  # [runs, examples]
+    runs, n = correct.shape
+    rate = correct.mean(0)
+    noise = float((rate * (1 - rate)).sum() * runs / (runs - 1) / n**2)  # unbiased p(1 - p) per example
+    between = float(correct.mean(1).var(ddof=1))
+    share = min(1.0, noise / between) if between > 0 else None  # runs that agree: nothing to split
+    return {
+        "share": share,
+        "noise_var": noise,
+        "between_runs_var": between,
+        "dominates": None if share is None else "dev-set sampling" if share >= 0.5 else "seeds (training)",
+        "runs": runs,
+        "examples": n,
+        "method": "Jordan 2024: (1/n^2) sum p_i (1 - p_i) over the runs' variance",
+    }
+
+
 def example_summary(records: Sequence[dict[str, Any]], metric: str, num_labels: int = 2) -> dict[str, Any]:
     """Per setting: the typical dev-set sampling error of one run next to the spread across
     seeds, and the agreement of the runs, so a reader sees which of the two dominates."""
@@ -115,4 +145,5 @@ def example_summary(records: Sequence[dict[str, Any]], metric: str, num_labels: 
         "dev_se_median": float(np.median(errors)) if errors else None,
         "across_seeds_std": float(np.std(scores, ddof=1)) if len(scores) > 1 else None,
         "agreement": agreement(records),
+        "eval_noise": eval_noise(records, metric),
     }

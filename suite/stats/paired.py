@@ -45,6 +45,15 @@ def score(r: Record) -> float:
     return float(s) if s is not None and np.isfinite(s) else np.nan
 
 
+def finite_scores(side: Sequence[Record] | np.ndarray) -> np.ndarray:
+    """The finite scores of records (or of an array of scores as given)."""
+    if isinstance(side, np.ndarray) or (len(side) and not isinstance(side[0], dict)):
+        x = np.asarray(side, dtype=float)
+    else:
+        x = np.array([score(r) for r in side], dtype=float)
+    return x[np.isfinite(x)]
+
+
 def failed(r: Record) -> float:
     return float(outcome(r) == "failed")
 
