@@ -351,3 +351,30 @@ def test_a_matrix_of_studies_holm_corrects_every_pair() -> None:
     assert pairs[("A", "C")]["differ"] and pairs[("B", "C")]["differ"] and not pairs[("A", "B")]["differ"]
     assert abs(pairs[("A", "C")]["estimate"] - 0.05) < 1e-9
     assert "3 comparisons" in format_matrix(found) and "Holm" in format_matrix(found)
+
+
+def test_all_pairs_of_one_studys_recipes_are_holm_corrected(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """`suite compare RUN --all-pairs`: the recipes of one study, every pair per block, Holm over all."""
+    effect = np.random.default_rng(3).normal(0, 0.02, 8)
+    records = []
+    for name, shift in (("base", 0.0), ("same", 0.0), ("better", 0.05)):
+        for r in _study({100: 0.60}, 1e-4, 8, shift, effect):
+            records.append({**r, "metric": "accuracy", "hparams": {**r["hparams"], "recipe": name}})
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"task": {"metric": {"main": "accuracy"}}}))
+    (run / "trials.jsonl").write_text(
+        "".join(json.dumps({**r, "key": str(i)}) + "\n" for i, r in enumerate(records))
+    )
+    assert main(["compare", str(run), "--all-pairs"]) == 0
+    out = capsys.readouterr().out
+    assert "3 comparisons" in out and out.count("Holm") == 4
+    assert "better - base" in out and "same - base" in out and "better - same" in out
+    rows = [line for line in out.splitlines() if line.startswith("  ") and "Holm" in line]
+    assert [line.endswith(": differ") for line in rows] == [
+        False,
+        True,
+        True,
+    ]

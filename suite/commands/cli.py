@@ -137,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(numbers match by value: 2e-5 = 0.00002)",
     )
     comp.add_argument("--plot", help="also save a comparison figure (PNG) per block here (two runs)")
+    comp.add_argument(
+        "--all-pairs",
+        action="store_true",
+        help="one study's recipes: every pair per block (Multi-Bootstrap, Holm), not each vs its reference",
+    )
     return parser
 
 
@@ -238,6 +243,18 @@ def compare_command(args: argparse.Namespace) -> None:
     info_a, a = load_records(Path(args.run_a))
     metric = info_a.get("task", {}).get("metric", {}).get("main", "score")
     setting = parse_setting(args.setting)
+    if not args.run_b and args.all_pairs:
+        from suite.stats.matrix import compare_matrix, format_matrix
+        from suite.stats.recipes import recipe_of
+
+        names = list(dict.fromkeys(r for x in a if (r := recipe_of(x)) is not None))
+        if len(names) < 2:
+            raise SuiteError(
+                f"{args.run_a}: --all-pairs compares the recipes of a study; it has {len(names)}"
+            )
+        studies = [(name, [x for x in a if recipe_of(x) == name]) for name in names]
+        print(format_matrix(compare_matrix(studies, size=args.size, setting=setting)))
+        return
     if not args.run_b:
         from suite.stats.recipes import format_recipe_table, recipe_table
 
