@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -55,14 +57,49 @@ def test_cli_refuses_a_multi_gpu_trial_before_training(tiny_task, tiny_models, t
     run_tiny(tiny_task, tiny_models["bert"], "--devices", "2", expect=2)
 
 
-def test_workers_auto_is_one_per_gpu_or_one_per_cpu_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_auto_is_one_per_gpu_or_one_per_cpu_thread_capped_at_the_trials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from suite.model.devices import resolve_workers
 
     cpu = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
-    assert resolve_workers("auto", cpu, threads=2) == 2
-    assert resolve_workers("3", cpu, threads=2) == 3
+    assert resolve_workers("auto", cpu, threads=2) == (2, "--workers auto: 2 (2 threads)")
+    assert resolve_workers("3", cpu, threads=2)[0] == 3
+    count, why = resolve_workers("auto", cpu, threads=64, trials=6)  # a 6-trial study on a 64-core node
+    assert count == 6 and why == "--workers auto: 6 (64 threads, capped at the 6 planned trials)"
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    assert resolve_workers("auto", {**cpu, "accelerator": "gpu"}, threads=16) == 4
+    assert resolve_workers("auto", {**cpu, "accelerator": "gpu"}, threads=16)[0] == 4
     for bad in ("0", "two", "-1"):
         with pytest.raises(SpecError, match="--workers"):
             resolve_workers(bad, cpu, threads=2)
+
+
+@pytest.mark.parametrize(
+    ("files", "affinity", "expected"),
+    [
+        ({"cpu.max": "max 100000\n"}, 64, (64, "64 CPUs in the affinity mask")),
+        ({"cpu.max": "200000 100000\n"}, 64, (2, "cgroup CPU quota 2 of 64 CPUs in the affinity mask")),
+        ({"cpu.max": "150000 100000\n"}, 64, (2, "cgroup CPU quota 1.5 of 64 CPUs in the affinity mask")),
+        (
+            {"cpu/cpu.cfs_quota_us": "400000\n", "cpu/cpu.cfs_period_us": "100000\n"},
+            8,
+            (4, "cgroup CPU quota 4 of 8 CPUs in the affinity mask"),
+        ),
+        ({"cpu.max": "800000 100000\n"}, 2, (2, "2 CPUs in the affinity mask (quota 8)")),
+        ({}, 3, (3, "3 CPUs in the affinity mask")),
+    ],
+)
+def test_usable_cpus_reads_the_affinity_mask_and_the_cgroup_quota(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict, affinity: int, expected: tuple
+) -> None:
+    """A 2-CPU container on a 64-core node gets 2 workers, not 64 (os.cpu_count() counts the node)."""
+    import os
+
+    from suite.model import devices
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(devices, "CGROUP", tmp_path)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(affinity)))
+    assert devices.usable_cpus() == expected

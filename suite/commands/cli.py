@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -61,7 +60,11 @@ def _add_until_args(p: argparse.ArgumentParser) -> None:
 
 def _add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="benchmark data folder (default: $SUITE_DATA_DIR)")
-    p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch CPU threads (in all)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="torch CPU threads in all (default: the CPUs this process may use: affinity and cgroup quota)",
+    )
     p.add_argument("--accelerator", help="cpu, gpu or auto (default: gpu when CUDA is present, else cpu)")
     p.add_argument("--devices", help="devices per trial: 1 (use --workers N for N GPUs)")
     p.add_argument("--strategy", help="Lightning strategy per trial: single-device only")

@@ -259,7 +259,6 @@ def worker(request: Request) -> int:
 
     if request.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
-    torch.set_num_threads(request.threads)
     storage = open_storage(str(request.storage))
     try:
         study = optuna.load_study(study_name=request.study, storage=storage)
@@ -271,6 +270,7 @@ def worker(request: Request) -> int:
     if not info:
         raise SuiteError(f"study {request.study!r}: has no run info (start it with `suite run`)")
     s = join_study(request, info)
+    torch.set_num_threads(s.threads)
     stored = study.user_attrs.get("fingerprint")
     how = resumption(
         stored, s.fingerprint, info, s.task, s.sweep, s.name, public_url(s.url), request.allow_stack_change

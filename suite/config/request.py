@@ -7,7 +7,6 @@ Nothing below the commands mutates it or reads an `argparse.Namespace`.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,14 +33,14 @@ class Request:
     storage: str | None = None  # default: sqlite study.db in the run folder
     study: str | None = None  # default: task|model|sweep|profile
     workers: str = "1"  # a count or `auto`
-    threads: int = field(default_factory=lambda: os.cpu_count() or 1)  # torch CPU threads, in all
+    threads: int | None = None  # torch CPU threads in all (default: the CPUs this process may use)
     trainer: dict[str, str] = field(default_factory=dict)  # Lightning options given (TRAINER_OPTIONS)
     offline: bool = False
     quiet: bool = False
     allow_stack_change: bool = False  # resume a study made on another software stack, marked mixed
 
     def __post_init__(self) -> None:
-        if self.threads < 1:
+        if self.threads is not None and self.threads < 1:
             raise SpecError(f"--threads: expected a positive integer, got {self.threads}")
         if unknown := set(self.trainer) - set(TRAINER_OPTIONS):
             raise SpecError(

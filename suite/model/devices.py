@@ -7,6 +7,9 @@ seed in the distributed sampler and predictions gathered across ranks, for no ga
 
 from __future__ import annotations
 
+import math
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,19 +48,58 @@ def resolve_trainer(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def resolve_workers(workers: str | int, trainer: dict[str, Any], threads: int) -> int:
-    """`--workers`: a positive count, or `auto`: one worker per GPU, or on CPU one single-threaded
-    worker per thread of `--threads` (2 processes x 1 thread ran a 4-trial RTE sweep 1.2x faster
-    than 1 x 2: benchmarks/sweep.py --workers-check, benchmarks/RESULTS.md)."""
+CGROUP = Path("/sys/fs/cgroup")  # cgroup v2 (cpu.max); v1 keeps cpu/cpu.cfs_quota_us and cfs_period_us
+
+
+def usable_cpus() -> tuple[int, str]:
+    """The CPUs this process may use, and why: its affinity mask (taskset, a scheduler's allocation)
+    capped by the cgroup CPU quota (a container's `--cpus`); `os.cpu_count()` counts the whole node."""
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = cgroup_quota()
+    if quota is not None and math.ceil(quota) < affinity:
+        return max(1, math.ceil(quota)), f"cgroup CPU quota {quota:g} of {affinity} CPUs in the affinity mask"
+    return affinity, f"{affinity} CPUs in the affinity mask" + (
+        "" if quota is None else f" (quota {quota:g})"
+    )
+
+
+def cgroup_quota() -> float | None:
+    """CPUs the cgroup quota allows (quota / period), None when unlimited or unknown."""
+    for quota_file, period_file in (
+        (CGROUP / "cpu.max", None),
+        (CGROUP / "cpu/cpu.cfs_quota_us", CGROUP / "cpu/cpu.cfs_period_us"),
+    ):
+        try:
+            fields = quota_file.read_text().split()
+            period = fields[1] if period_file is None else period_file.read_text().strip()
+        except (OSError, IndexError):
+            continue
+        if fields[0] in ("max", "-1"):
+            return None
+        return int(fields[0]) / int(period)
+    return None
+
+
+def resolve_workers(
+    workers: str | int, trainer: dict[str, Any], threads: int, trials: int | None = None
+) -> tuple[int, str]:
+    """`--workers` and why: a positive count, or `auto`: one worker per GPU, or on CPU one
+    single-threaded worker per thread (2 processes x 1 thread ran a 4-trial RTE sweep 1.2x faster
+    than 1 x 2: benchmarks/sweep.py --workers-check), never more than the planned `trials`."""
     if str(workers) == "auto":
-        return max(1, torch.cuda.device_count()) if trainer["accelerator"] == "gpu" else max(1, threads)
+        gpu = trainer["accelerator"] == "gpu"
+        count = max(1, torch.cuda.device_count()) if gpu else max(1, threads)
+        why = f"{count} GPU(s)" if gpu else f"{threads} threads"
+        if trials is not None and trials < count:
+            count, why = max(1, trials), f"{why}, capped at the {trials} planned trials"
+        return count, f"--workers auto: {count} ({why})"
     try:
         count = int(workers)
     except ValueError:
         count = 0
     if count < 1:
         raise SpecError(f"--workers: expected a positive integer or auto, got {workers!r}")
-    return count
+    return count, f"--workers {count}"
 
 
 def worker_environment(index: int, trainer: dict[str, Any]) -> dict[str, str]:

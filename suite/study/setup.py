@@ -5,6 +5,7 @@ fingerprint, folder, storage URL, name), checked before anything is written."""
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from suite.config.sweep import SweepSpec, load_sweep
 from suite.config.task import TaskSpec, load_task
 from suite.data.paths import data_dir
 from suite.errors import SpecError
-from suite.model.devices import resolve_trainer, resolve_workers
+from suite.model.devices import resolve_trainer, resolve_workers, usable_cpus
 
 
 def load_specs(request: Request) -> tuple[Path, TaskSpec, Path, SweepSpec]:
@@ -99,8 +100,12 @@ def setup_study(request: Request) -> Setup:
     task_path, task, sweep_path, sweep = load_specs(request)
     model = request.model or task.model
     trainer = resolve_trainer(request.trainer)
-    workers = resolve_workers(request.workers, trainer, request.threads)
-    threads = max(1, request.threads // workers)
+    total, cpus = (request.threads, "--threads") if request.threads else usable_cpus()
+    planned = _planned_trials(task, sweep)
+    workers, why = resolve_workers(request.workers, trainer, total, planned)
+    threads = max(1, total // workers)
+    if str(request.workers) == "auto" and not request.quiet:
+        print(f"{why}; {threads} thread(s) each of {total} ({cpus})", file=sys.stderr)
     prepared, fingerprint, stack = _checked(
         request, task, sweep, model, threads, trainer, task_path, sweep_path
     )
@@ -122,6 +127,22 @@ def setup_study(request: Request) -> Setup:
     )
 
 
+def _planned_trials(task: TaskSpec, sweep: SweepSpec) -> int:
+    """Planned trials (a TPE sweep: its budget of settings x the seed grid), to cap `--workers auto`."""
+    from suite.study.plan import plan_trials
+
+    if sweep.adaptive:
+        seeds = sweep.seeds
+        per_setting = seeds.init * seeds.order if seeds.design == "crossed" else seeds.repeats
+        return (
+            (sweep.budget or 1)
+            * per_setting
+            * len(task.sizes)
+            * len(seeds.subsample_seeds or range(seeds.subsample))
+        )
+    return len(plan_trials(task, sweep))
+
+
 def study_address(request: Request, task: TaskSpec, sweep: SweepSpec) -> tuple[Path, str, str]:
     """Where the request's study lives: its run folder, storage URL and name."""
     from suite.study.storage import run_folder, sqlite_url
@@ -140,8 +161,9 @@ def join_study(request: Request, info: dict[str, Any]) -> Setup:
     task, sweep = TaskSpec.model_validate(info["task"]), SweepSpec.model_validate(info["sweep"])
     trainer = resolve_trainer({**info.get("trainer", {}), **request.trainer})
     where = f"study {request.study}"
+    threads = request.threads or usable_cpus()[0]
     prepared, fingerprint, stack = _checked(
-        request, task, sweep, info["model"], request.threads, trainer, where, where
+        request, task, sweep, info["model"], threads, trainer, where, where
     )
     return Setup(
         request,
@@ -150,7 +172,7 @@ def join_study(request: Request, info: dict[str, Any]) -> Setup:
         info["model"],
         prepared,
         1,
-        request.threads,
+        threads,
         trainer,
         fingerprint,
         stack,
