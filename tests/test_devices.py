@@ -41,6 +41,7 @@ def test_gpu_without_cuda_is_a_user_error() -> None:
 
 
 def test_workers_are_pinned_round_robin_on_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     gpu = {"accelerator": "gpu", "devices": 1, "precision": "bf16-mixed"}
     assert [worker_environment(i, gpu) for i in range(3)] == [
@@ -49,6 +50,23 @@ def test_workers_are_pinned_round_robin_on_gpus(monkeypatch: pytest.MonkeyPatch)
         {"CUDA_VISIBLE_DEVICES": "0"},
     ]
     assert worker_environment(0, {"accelerator": "cpu"}) == {}
+
+
+@pytest.mark.parametrize(
+    ("parent", "expected"),
+    [
+        ("4,5", ["4", "5", "4"]),  # a scheduler's allocation on a shared node: never GPUs 0 and 1
+        ("GPU-1a2b, GPU-3c4d", ["GPU-1a2b", "GPU-3c4d", "GPU-1a2b"]),
+        ("MIG-9f8e", ["MIG-9f8e", "MIG-9f8e", "MIG-9f8e"]),
+    ],
+)
+def test_workers_map_through_the_parents_visible_devices(
+    monkeypatch: pytest.MonkeyPatch, parent: str, expected: list[str]
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", parent)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)  # what the node has: not what this job may use
+    gpu = {"accelerator": "gpu", "devices": 1, "precision": "bf16-mixed"}
+    assert [worker_environment(i, gpu)["CUDA_VISIBLE_DEVICES"] for i in range(3)] == expected
 
 
 def test_cli_refuses_a_multi_gpu_trial_before_training(tiny_task, tiny_models, tmp_path) -> None:  # noqa: ANN001

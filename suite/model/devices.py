@@ -102,9 +102,20 @@ def resolve_workers(
     return count, f"--workers {count}"
 
 
+def visible_devices() -> list[str]:
+    """The devices this process may use, as the parent's `CUDA_VISIBLE_DEVICES` names them (indices,
+    GPU-/MIG- UUIDs): a shared node or a scheduler's allocation (`4,5`) must not become `0,1`, another
+    job's GPUs. Unset: every device torch sees, by index."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given is None:
+        return [str(i) for i in range(torch.cuda.device_count())]
+    return [d.strip() for d in given.split(",") if d.strip()]
+
+
 def worker_environment(index: int, trainer: dict[str, Any]) -> dict[str, str]:
-    """Environment variables for local worker `index`: on GPUs, pins it to one device (round
-    robin when there are more workers than devices)."""
+    """Environment variables for local worker `index`: on GPUs, pins it to one of the parent's
+    visible devices (round robin when there are more workers than devices, e.g. `--workers-per-gpu`)."""
     if trainer.get("accelerator") != "gpu":
         return {}
-    return {"CUDA_VISIBLE_DEVICES": str(index % max(1, torch.cuda.device_count()))}
+    devices = visible_devices() or ["0"]
+    return {"CUDA_VISIBLE_DEVICES": devices[index % len(devices)]}
