@@ -13,7 +13,6 @@ import math
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -79,21 +78,19 @@ def storage_report(s: Setup, keys: set[str]) -> tuple[str, str | None, set[str]]
     """What the storage holds of the planned keys (a line, and the keys), and `run`'s refusal
     when the stored study's fingerprint differs. Opens an existing storage only: nothing is
     created or written."""
-    import optuna
 
     from suite.study.plan import finished_records, held_keys
     from suite.study.records import outcome
     from suite.study.resume import resumption
-    from suite.study.storage import open_storage, public_url
+    from suite.study.storage import public_url, storage_file, stored_study
 
     where = public_url(s.url)
-    local = _storage_file(s.url)
+    local = storage_file(s.url)
     if local is not None and not local.exists():
         return f"storage: {where} does not exist yet; all {len(keys)} trials to run", None, set()
-    storage = open_storage(s.url)
-    if s.name not in optuna.study.get_all_study_names(storage):
+    study = stored_study(s.url, s.name)
+    if study is None:
         return f"storage: no study {s.name!r} in {where} yet; all {len(keys)} trials to run", None, set()
-    study = optuna.load_study(study_name=s.name, storage=storage)
     trials = study.get_trials(deepcopy=False)
     refusal, grown = None, ""
     if (stored := study.user_attrs.get("fingerprint")) is not None or trials:
@@ -113,14 +110,6 @@ def storage_report(s: Setup, keys: set[str]) -> tuple[str, str | None, set[str]]
         f"{max(0, len(keys) - len(held))} to run{grown}"
     )
     return line, refusal, held
-
-
-def _storage_file(url: str) -> Path | None:
-    """The file behind a SQLite or journal URL (None for a database server)."""
-    for prefix in ("sqlite:///", "journal:"):
-        if url.startswith(prefix):
-            return Path(url.removeprefix(prefix))
-    return None
 
 
 def estimate(s: Setup, plans: list[TrialPlan], held: set[str]) -> str:

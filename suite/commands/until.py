@@ -19,6 +19,7 @@ from suite.stats import sequential as seq
 from suite.stats.recipes import recipe_groups
 from suite.study.records import runs, setting_key
 from suite.study.setup import Setup, load_specs, study_address
+from suite.study.storage import stored_study
 
 _LOOKS_ATTR = "until_decided_looks"
 
@@ -66,7 +67,8 @@ def _checked(request: Request, halfwidth: float | None, decided: bool, max_runs:
         raise SpecError(f"{sweep_path}: field 'recipes': --until-decided compares the recipes of a study")
     if max_runs < sweep.seeds.repeats:
         raise SpecError(f"--max-runs {max_runs}: fewer than the {sweep.seeds.repeats} runs already planned")
-    stored = _stored_study(request, task, sweep)
+    _, url, name = study_address(request, task, sweep)
+    stored = stored_study(url, name)
     looks = stored.user_attrs.get(_LOOKS_ATTR) if stored is not None else None
     if decided and looks and looks[-1] != max_runs:  # new looks would spend alpha already split
         raise SpecError(
@@ -74,21 +76,6 @@ def _checked(request: Request, halfwidth: float | None, decided: bool, max_runs:
             f"{looks[-1]} ({', '.join(map(str, looks))}); rerun with it"
         )
     return sweep, stored
-
-
-def _stored_study(request: Request, task: Any, sweep: Any) -> Any:
-    """The request's stored study (None: none yet), opened without writing anything."""
-    import optuna
-
-    from suite.study.storage import open_storage
-
-    folder, url, name = study_address(request, task, sweep)
-    if url.startswith("sqlite:///") and not (folder / "study.db").exists():
-        return None
-    storage = open_storage(url)
-    if name not in optuna.study.get_all_study_names(storage):
-        return None
-    return optuna.load_study(study_name=name, storage=storage)
 
 
 def _run_info(study: Any) -> dict[str, Any]:

@@ -129,17 +129,11 @@ def setup_study(request: Request) -> Setup:
 
 def _planned_trials(task: TaskSpec, sweep: SweepSpec) -> int:
     """Planned trials (a TPE sweep: its budget of settings x the seed grid), to cap `--workers auto`."""
+    from suite.config.sweep import seed_grid
     from suite.study.plan import plan_trials
 
-    if sweep.adaptive:
-        seeds = sweep.seeds
-        per_setting = seeds.init * seeds.order if seeds.design == "crossed" else seeds.repeats
-        return (
-            (sweep.budget or 1)
-            * per_setting
-            * len(task.sizes)
-            * len(seeds.subsample_seeds or range(seeds.subsample))
-        )
+    if sweep.adaptive:  # the same seed grid as every planned setting, for each of the budget's settings
+        return (sweep.budget or 1) * len(task.sizes) * sum(1 for _ in seed_grid(sweep.seeds))
     return len(plan_trials(task, sweep))
 
 

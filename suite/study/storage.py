@@ -82,6 +82,25 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
         raise SuiteError(f"--storage {public_url(url)!r}: cannot open ({str(err).splitlines()[0]})") from None
 
 
+def storage_file(url: str) -> Path | None:
+    """The file behind a SQLite or journal URL (None for a database server)."""
+    for prefix in ("sqlite:///", "journal:"):
+        if url.startswith(prefix):
+            return Path(url.removeprefix(prefix))
+    return None
+
+
+def stored_study(url: str, name: str) -> optuna.Study | None:
+    """The study `name` if the storage already holds it; never creates a storage file or a study."""
+    local = storage_file(url)
+    if local is not None and not local.exists():
+        return None
+    storage = open_storage(url)
+    if name not in optuna.study.get_all_study_names(storage):
+        return None
+    return optuna.load_study(study_name=name, storage=storage)
+
+
 def open_study(
     storage: optuna.storages.BaseStorage, name: str, sweep: SweepSpec, maximize: bool
 ) -> optuna.Study:
