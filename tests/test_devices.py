@@ -78,18 +78,100 @@ def test_cli_refuses_a_multi_gpu_trial_before_training(tiny_task, tiny_models, t
 def test_workers_auto_is_one_per_gpu_or_one_per_cpu_thread_capped_at_the_trials(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from suite.model.devices import resolve_workers
+    from suite.model.devices import Capacity, resolve_workers
 
     cpu = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
     assert resolve_workers("auto", cpu, threads=2) == (2, "--workers auto: 2 (2 threads)")
     assert resolve_workers("3", cpu, threads=2)[0] == 3
-    count, why = resolve_workers("auto", cpu, threads=64, trials=6)  # a 6-trial study on a 64-core node
-    assert count == 6 and why == "--workers auto: 6 (64 threads, capped at the 6 planned trials)"
+    count, why = resolve_workers("auto", cpu, threads=64, capacity=Capacity(trials=6))  # 6 trials, 64 cores
+    assert count == 6 and why == "--workers auto: 6 (64 threads, capped at the 6 trials planned)"
+    count, why = resolve_workers("auto", cpu, threads=64, capacity=Capacity(trials=1))
+    assert count == 1
+    count, why = resolve_workers("auto", cpu, threads=8, capacity=Capacity(trials=2, ended=4))  # resumed
+    assert count == 2 and why.endswith("capped at the 2 trials still to run (4 ended))")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     assert resolve_workers("auto", {**cpu, "accelerator": "gpu"}, threads=16)[0] == 4
     for bad in ("0", "two", "-1"):
         with pytest.raises(SpecError, match="--workers"):
             resolve_workers(bad, cpu, threads=2)
+
+
+def test_workers_auto_fits_the_memory_from_the_measured_peak() -> None:
+    """Memory for 3 workers (7.5 GB free, 2.4 GB measured peak each) gives 3 of 64 CPUs' worth;
+    no measured peak yet: memory does not cap, and it says so; an explicit count above it warns."""
+    from suite.model.devices import Capacity, resolve_workers
+
+    cpu = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
+    fits3 = Capacity(trials=40, memory_mb=7680, memory_why="7.5 GB available (MemAvailable)", peak_mb=2400)
+    count, why = resolve_workers("auto", cpu, threads=64, capacity=fits3)
+    assert count == 3
+    assert "capped at 3 by memory: 7.5 GB available (MemAvailable) / 2.34 GB measured peak" in why
+    unmeasured = Capacity(trials=40, memory_mb=7680, memory_why="7.5 GB available (MemAvailable)")
+    count, why = resolve_workers("auto", cpu, threads=8, capacity=unmeasured)
+    assert count == 8 and "no measured peak RSS yet" in why
+    tight = Capacity(trials=40, memory_mb=1000, memory_why="1 GB", peak_mb=2400)
+    assert resolve_workers("auto", cpu, threads=8, capacity=tight)[0] == 1  # never 0
+    count, why = resolve_workers("6", cpu, threads=8, capacity=fits3)
+    assert count == 6 and "warning: memory fits 3" in why
+
+
+def test_workers_per_gpu_share_the_parents_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under CUDA_VISIBLE_DEVICES=4,5 with 2 workers per GPU: 4 workers on devices 4, 5, 4, 5."""
+    from suite.model.devices import resolve_workers
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    gpu = {"accelerator": "gpu", "devices": 1, "precision": "bf16-mixed"}
+    count, why = resolve_workers("auto", gpu, threads=16, per_gpu=2)
+    assert count == 4 and why == "--workers auto: 4 (2 GPU(s) x 2 per GPU)"
+    assert [worker_environment(i, gpu)["CUDA_VISIBLE_DEVICES"] for i in range(count)] == ["4", "5", "4", "5"]
+    with pytest.raises(SpecError, match="--workers-per-gpu"):
+        resolve_workers("auto", gpu, threads=16, per_gpu=0)
+
+
+def test_workers_auto_on_a_2_cpu_container_of_a_64_core_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """os.cpu_count() says 64; the affinity mask holds 2: two workers."""
+    import os
+
+    from suite.model import devices
+
+    monkeypatch.setattr(devices, "CGROUP", tmp_path)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    threads, _ = devices.usable_cpus()
+    cpu = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
+    assert devices.resolve_workers("auto", cpu, threads, devices.Capacity(trials=40))[0] == 2
+
+
+@pytest.mark.parametrize(
+    ("files", "expected_mb", "source"),
+    [
+        ({}, 8000.0, "MemAvailable"),
+        ({"memory.max": "max\n", "memory.current": "1000\n"}, 8000.0, "MemAvailable"),
+        ({"memory.max": f"{4 * 2**30}\n", "memory.current": f"{2**30}\n"}, 3072.0, "cgroup"),
+        (
+            {"memory/memory.limit_in_bytes": "9223372036854771712\n", "memory/memory.usage_in_bytes": "5\n"},
+            8000.0,
+            "MemAvailable",
+        ),
+    ],
+)
+def test_available_memory_reads_meminfo_and_the_cgroup_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict, expected_mb: float, source: str
+) -> None:
+    from suite.model import devices
+
+    (tmp_path / "meminfo").write_text("MemTotal: 16384000 kB\nMemAvailable: 8192000 kB\n")
+    for name, text in files.items():
+        (tmp_path / "cg" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "cg" / name).write_text(text)
+    monkeypatch.setattr(devices, "MEMINFO", tmp_path / "meminfo")
+    monkeypatch.setattr(devices, "CGROUP", tmp_path / "cg")
+    mb, why = devices.available_memory_mb()
+    assert mb == pytest.approx(expected_mb) and source in why
 
 
 @pytest.mark.parametrize(
@@ -121,3 +203,25 @@ def test_usable_cpus_reads_the_affinity_mask_and_the_cgroup_quota(
     monkeypatch.setattr(devices, "CGROUP", tmp_path)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(affinity)))
     assert devices.usable_cpus() == expected
+
+
+def test_capacity_counts_the_stored_studys_ended_trials_and_measured_peak(
+    tiny_task,
+    tiny_models,
+    tmp_path: Path,  # noqa: ANN001
+) -> None:
+    """A rerun of an ended study has no trials still to run and knows its workers' peak RSS."""
+    from suite.config.request import Request
+    from suite.study.setup import _capacity, load_specs, planned_trials, study_address
+    from suite.study.storage import stored_study
+    from tests.conftest import run_tiny
+
+    run_tiny(tiny_task, tiny_models["bert"])
+    root = tiny_task.parent if (tiny_task.parent / "data").is_dir() else tiny_task.parent.parent
+    request = Request(task=str(tiny_task), model=str(tiny_models["bert"]), out=root / "runs")
+    _, task, _, sweep = load_specs(request)
+    _, url, name = study_address(request, task, sweep)
+    assert stored_study(url, name) is not None
+    capacity = _capacity(task, sweep, url, name)
+    assert capacity.ended == planned_trials(task, sweep) > 0 and capacity.trials == 0
+    assert capacity.peak_mb is not None and capacity.peak_mb > 50  # a worker's recorded ru_maxrss

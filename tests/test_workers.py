@@ -128,6 +128,52 @@ def test_sigkill_mid_trial_then_rerun_runs_every_planned_trial_once(
     assert len(records) == 8 and len({r["key"] for r in records}) == 8
 
 
+def test_ctrl_c_with_two_workers_puts_running_trials_back_and_a_rerun_resumes(
+    tmp_path: Path, shared_data: Path
+) -> None:
+    """Ctrl-C reaches `run` (its workers run in their own session): it passes SIGINT on, each worker
+    puts its running trial back in the queue, `run` says what ended and exits 130; the rerun runs
+    each planned trial once, without waiting for a heartbeat to go stale."""
+    command = [
+        sys.executable,
+        "-m",
+        "suite",
+        "run",
+        str(REPO / "tasks/rte.yaml"),
+        "--sweep",
+        str(REPO / "sweeps/devlin.yaml"),
+        "--profile",
+        "smoke",
+        "--workers",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--data-dir",
+        str(shared_data),
+        "--quiet",
+        "--offline",
+    ]
+    db = tmp_path / "rte" / "minilm-l6" / "study.db"
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline:  # one trial ended and another is running
+        time.sleep(0.3)
+        states = _trial_states(db)
+        if states["COMPLETE"] >= 1 and states["RUNNING"] >= 1:
+            break
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err[-2000:]
+    assert "interrupted:" in err and "planned trials ended" in err and "rerun the same command" in err
+    states = _trial_states(db)
+    assert states["RUNNING"] == 0 and states["WAITING"] >= 1  # put back, not left to a heartbeat
+
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    keys, planned = _finished_keys(f"sqlite:///{db}")
+    assert planned == 8 and len(keys) == 8 and max(Counter(keys).values()) == 1
+
+
 def test_a_trial_killed_before_its_first_heartbeat_is_requeued_after_the_grace_period(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import socket
 import subprocess
 import sys
@@ -66,11 +67,15 @@ def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
         )
     enqueue_plan(study, task, sweep)
 
-    if s.workers == 1:
-        torch.set_num_threads(s.threads)
-        run_worker(study, s, progress=not request.quiet)
-    else:
-        spawn_workers(s, None if request.quiet else study)
+    try:
+        if s.workers == 1:
+            torch.set_num_threads(s.threads)
+            run_worker(study, s, progress=not request.quiet)
+        else:
+            spawn_workers(s, study, progress=not request.quiet)
+    except KeyboardInterrupt:
+        print(interrupted_note(study, _planned(s)), file=sys.stderr)
+        raise
     records = write_outputs(study, folder, task)
     return exit_status(study), s, records
 
@@ -164,11 +169,13 @@ def exit_status(study: Any) -> int:
     return 0
 
 
-def spawn_workers(s: Setup, study: Any = None) -> None:
+def spawn_workers(s: Setup, study: Any, progress: bool = True) -> None:
     """N local worker processes on the shared storage, each with its share of the CPU threads
     (or, on GPUs, its own device).
     A worker that dies leaves its trial to the others (its heartbeat stops); the study's state,
-    not the workers' exit codes, decides the run's exit code."""
+    not the workers' exit codes, decides the run's exit code. Workers run in their own session, so
+    a terminal's Ctrl-C reaches this process only: it passes SIGINT on once and waits for each
+    worker to put its running trial back in the queue."""
     command = [
         sys.executable,
         "-m",
@@ -189,37 +196,84 @@ def spawn_workers(s: Setup, study: Any = None) -> None:
     if s.request.allow_stack_change:
         command += ["--allow-stack-change"]
     workers = [
-        subprocess.Popen(command, env={**os.environ, **worker_environment(i, s.trainer)})
+        subprocess.Popen(
+            command, env={**os.environ, **worker_environment(i, s.trainer)}, start_new_session=True
+        )
         for i in range(s.workers)
     ]
-    codes = _wait(workers, study)
+    try:
+        codes = _wait(workers, study if progress else None, s)
+    except KeyboardInterrupt:
+        _stop(workers)
+        raise
     if bad := [c for c in codes if c]:
         print(
             f"study {s.name}: {len(bad)} of {len(codes)} workers exited early (codes {bad})", file=sys.stderr
         )
 
 
-def _wait(workers: list[subprocess.Popen], study: Any) -> list[int]:
-    """Exit codes of the worker processes; meanwhile a progress bar over the study's ended trials."""
+def _stop(workers: list[subprocess.Popen], grace_s: float = 60.0) -> None:
+    """SIGINT to each worker still running, then wait: each puts its trial back in the queue (a
+    worker killed outright leaves its trial to the heartbeat, which re-queues it on the next run)."""
+    for w in workers:
+        if w.poll() is None:
+            w.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + grace_s
+    for w in workers:
+        try:
+            w.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            w.kill()
+
+
+def _wait(workers: list[subprocess.Popen], study: Any, s: Setup) -> list[int]:
+    """Exit codes of the worker processes; meanwhile a progress bar over the study's ended trials,
+    with each running trial's epoch and step and the time left from the measured time per step."""
     if study is None:
         return [w.wait() for w in workers]
     from tqdm.auto import tqdm
 
-    from suite.study.plan import finished_records, planned_keys
+    from suite.study.progress import study_progress
 
-    total = len(planned_keys(study)) or None
-    with tqdm(desc=f"trials ({len(workers)} workers)", total=total, unit="trial") as bar:
+    planned = _planned(s)
+    form = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"  # tqdm's own ETA counts completions
+    with tqdm(desc=f"trials ({len(workers)} workers)", total=planned, unit="trial", bar_format=form) as bar:
         while any(w.poll() is None for w in workers):
-            bar.update(len(finished_records(study)) - bar.n)
+            _show(bar, study_progress(study, planned, len(workers)))
             time.sleep(2)
-        bar.update(len(finished_records(study)) - bar.n)
+        _show(bar, study_progress(study, planned, len(workers)))
     return [w.returncode for w in workers]
+
+
+def _show(bar: Any, progress: Any) -> None:
+    bar.total = progress.planned
+    bar.update(progress.ended - bar.n)
+    bar.set_postfix_str(progress.describe(), refresh=True)
+
+
+def _planned(s: Setup) -> int:
+    from suite.study.setup import planned_trials
+
+    return planned_trials(s.task, s.sweep)
+
+
+def interrupted_note(study: Any, planned: int) -> str:
+    """What Ctrl-C leaves: trials ended, trials left, and how to go on."""
+    from suite.study.plan import finished_records
+    from suite.study.records import outcome
+
+    ended = sum(1 for r in finished_records(study).values() if outcome(r) != "errored")
+    return (
+        f"interrupted: {ended} of {planned} planned trials ended, {max(0, planned - ended)} left (a running "
+        "trial went back to the queue); rerun the same command to resume: ended trials are kept, not rerun"
+    )
 
 
 def run_worker(study: Any, s: Setup, progress: bool) -> int:
     from tqdm.auto import tqdm
 
-    from suite.study.plan import finished_records, plan_trials
+    from suite.study.plan import finished_records
+    from suite.study.progress import study_progress
     from suite.study.work import work
 
     info = study.user_attrs["run_info"]
@@ -231,15 +285,22 @@ def run_worker(study: Any, s: Setup, progress: bool) -> int:
         "eval_split": s.prepared.spec.eval_split,
         "stack": s.stack,
     }
-    total = None if s.sweep.adaptive else len(plan_trials(s.prepared.spec, s.sweep))
+    planned = _planned(s)
+    form = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"  # the ETA is from time per step
     bar = tqdm(
-        desc="trials", total=total, initial=len(finished_records(study)), disable=not progress, unit="trial"
+        desc="trials",
+        total=planned,
+        initial=len(finished_records(study)),
+        disable=not progress,
+        unit="trial",
+        bar_format=form,
     )
 
     def done(record: dict[str, Any]) -> None:
         score = record.get("score")
         text = f"{record['metric']}={score:.3f}" if score is not None else "no score"
-        bar.set_postfix_str(f"{text} {record['outcome']}")
+        eta = study_progress(study, planned, 1).describe(limit=0) if progress else ""
+        bar.set_postfix_str(f"{text} {record['outcome']} | {eta}")
         bar.update()
 
     try:
@@ -282,7 +343,12 @@ def worker(request: Request) -> int:
     if how.stack_changed:  # re-read just before writing: other workers may have added their stacks
         fresh = optuna.load_study(study_name=s.name, storage=storage).user_attrs.get("run_info") or info
         study.set_user_attr("run_info", _with_stack(fresh, s.stack))
-    run_worker(study, s, progress=not request.quiet)
+    try:
+        run_worker(study, s, progress=not request.quiet)
+    except KeyboardInterrupt:
+        if not request.quiet:  # a worker `run` started is quiet: `run` speaks for the study
+            print(interrupted_note(study, _planned(s)), file=sys.stderr)
+        raise
     return 0
 
 

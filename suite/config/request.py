@@ -33,6 +33,7 @@ class Request:
     storage: str | None = None  # default: sqlite study.db in the run folder
     study: str | None = None  # default: task|model|sweep|profile
     workers: str = "1"  # a count or `auto`
+    workers_per_gpu: int = 1  # `auto` on GPUs: this many workers share each visible device
     threads: int | None = None  # torch CPU threads in all (default: the CPUs this process may use)
     trainer: dict[str, str] = field(default_factory=dict)  # Lightning options given (TRAINER_OPTIONS)
     offline: bool = False
@@ -42,6 +43,8 @@ class Request:
     def __post_init__(self) -> None:
         if self.threads is not None and self.threads < 1:
             raise SpecError(f"--threads: expected a positive integer, got {self.threads}")
+        if self.workers_per_gpu < 1:
+            raise SpecError(f"--workers-per-gpu: expected a positive integer, got {self.workers_per_gpu}")
         if unknown := set(self.trainer) - set(TRAINER_OPTIONS):
             raise SpecError(
                 f"trainer options: unknown {sorted(unknown)} (known: {', '.join(TRAINER_OPTIONS)})"

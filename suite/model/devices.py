@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,26 +81,102 @@ def cgroup_quota() -> float | None:
     return None
 
 
+MEMINFO = Path("/proc/meminfo")
+
+
+def available_memory_mb() -> tuple[float | None, str]:
+    """Memory a new worker may take, in MB, and where the figure comes from: the kernel's
+    MemAvailable, capped by the cgroup memory limit less the cgroup's usage (a container's
+    `--memory`, a Slurm job's allocation). None when neither can be read."""
+    figures = []
+    try:
+        for line in MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                figures.append((int(line.split()[1]) / 1024, "MemAvailable"))
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit_file, usage_file in (
+        (CGROUP / "memory.max", CGROUP / "memory.current"),
+        (CGROUP / "memory/memory.limit_in_bytes", CGROUP / "memory/memory.usage_in_bytes"),
+    ):
+        try:
+            limit, usage = limit_file.read_text().strip(), int(usage_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if limit != "max" and int(limit) < 2**60:  # v1 writes a huge number for "no limit"
+            figures.append((max(0, int(limit) - usage) / 2**20, "the cgroup memory limit"))
+        break
+    if not figures:
+        return None, "memory unknown"
+    mb, source = min(figures)
+    return mb, f"{mb / 1024:.1f} GB available ({source})"
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What bounds `--workers auto` besides the CPUs or GPUs: the trials still to run (all planned
+    ones when none ended yet) and memory, from the peak RSS a worker of this study measured."""
+
+    trials: int | None = None  # still to run
+    ended: int = 0  # planned trials that already ended as runs (a resumed study)
+    memory_mb: float | None = None  # available now
+    memory_why: str = ""
+    peak_mb: float | None = None  # the largest peak RSS a worker of this study recorded
+
+    def memory_cap(self) -> int | None:
+        if self.memory_mb is None or not self.peak_mb:
+            return None
+        return max(1, int(self.memory_mb // self.peak_mb))
+
+    def memory_text(self) -> str:
+        return f"{self.memory_why} / {self.peak_mb / 1024:.2f} GB measured peak per worker"
+
+
 def resolve_workers(
-    workers: str | int, trainer: dict[str, Any], threads: int, trials: int | None = None
+    workers: str | int,
+    trainer: dict[str, Any],
+    threads: int,
+    capacity: Capacity | None = None,
+    per_gpu: int = 1,
 ) -> tuple[int, str]:
-    """`--workers` and why: a positive count, or `auto`: one worker per GPU, or on CPU one
-    single-threaded worker per thread (2 processes x 1 thread ran a 4-trial RTE sweep 1.2x faster
-    than 1 x 2: benchmarks/sweep.py --workers-check), never more than the planned `trials`."""
-    if str(workers) == "auto":
-        gpu = trainer["accelerator"] == "gpu"
-        count = max(1, torch.cuda.device_count()) if gpu else max(1, threads)
-        why = f"{count} GPU(s)" if gpu else f"{threads} threads"
-        if trials is not None and trials < count:
-            count, why = max(1, trials), f"{why}, capped at the {trials} planned trials"
-        return count, f"--workers auto: {count} ({why})"
+    """`--workers` and why: a positive count, or `auto`: `per_gpu` workers per visible GPU, or on
+    CPU one single-threaded worker per thread (2 processes x 1 thread ran a 4-trial RTE sweep 1.2x
+    faster than 1 x 2: benchmarks/sweep.py --workers-check), never more than the trials still to
+    run nor than the measured peak RSS fits in the memory available."""
+    capacity = capacity or Capacity()
+    if per_gpu < 1:
+        raise SpecError(f"--workers-per-gpu: expected a positive integer, got {per_gpu}")
+    gpu = trainer["accelerator"] == "gpu"
+    if str(workers) != "auto":
+        count = _count(workers)
+        cap = capacity.memory_cap()
+        if cap is not None and count > cap:  # the user's choice stands, but not silently
+            return count, f"--workers {count} (warning: memory fits {cap}: {capacity.memory_text()})"
+        return count, f"--workers {count}"
+    if gpu:
+        devices = max(1, len(visible_devices()))
+        count, why = devices * per_gpu, f"{devices} GPU(s)" + (f" x {per_gpu} per GPU" if per_gpu > 1 else "")
+    else:
+        count, why = max(1, threads), f"{threads} threads"
+    if capacity.trials is not None and capacity.trials < count:
+        left = "planned" if not capacity.ended else f"still to run ({capacity.ended} ended)"
+        count, why = max(1, capacity.trials), f"{why}, capped at the {capacity.trials} trials {left}"
+    cap = capacity.memory_cap()
+    if cap is not None and cap < count:
+        count, why = cap, f"{why}, capped at {cap} by memory: {capacity.memory_text()}"
+    elif cap is None and capacity.memory_mb is not None and count > 1:
+        why += "; no measured peak RSS yet, so memory does not cap it (a rerun will)"
+    return count, f"--workers auto: {count} ({why})"
+
+
+def _count(workers: str | int) -> int:
     try:
         count = int(workers)
     except ValueError:
         count = 0
     if count < 1:
         raise SpecError(f"--workers: expected a positive integer or auto, got {workers!r}")
-    return count, f"--workers {count}"
+    return count
 
 
 def visible_devices() -> list[str]:

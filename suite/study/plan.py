@@ -53,9 +53,13 @@ def trial_attrs(plan: TrialPlan, values: dict[str, Any], attempt: int = 1) -> di
     }
 
 
+PROGRESS_ATTR = "progress"  # a running trial's progress (suite/study/progress.py): never planned again
+
+
 def retry_attrs(trial: optuna.trial.FrozenTrial | optuna.Trial, attempt: int) -> dict[str, Any]:
-    """A trial's plan to queue again (a retry): its attributes without its old record."""
-    return {**{k: v for k, v in trial.user_attrs.items() if k != "record"}, "attempt": attempt}
+    """A trial's plan to queue again (a retry): its attributes without its old record or progress."""
+    kept = {k: v for k, v in trial.user_attrs.items() if k not in ("record", PROGRESS_ATTR)}
+    return {**kept, "attempt": attempt}
 
 
 def _record(trial: optuna.trial.FrozenTrial) -> dict[str, Any] | None:

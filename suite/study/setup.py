@@ -17,7 +17,13 @@ from suite.config.sweep import SweepSpec, load_sweep
 from suite.config.task import TaskSpec, load_task
 from suite.data.paths import data_dir
 from suite.errors import SpecError
-from suite.model.devices import resolve_trainer, resolve_workers, usable_cpus
+from suite.model.devices import (
+    Capacity,
+    available_memory_mb,
+    resolve_trainer,
+    resolve_workers,
+    usable_cpus,
+)
 
 
 def load_specs(request: Request) -> tuple[Path, TaskSpec, Path, SweepSpec]:
@@ -101,15 +107,15 @@ def setup_study(request: Request) -> Setup:
     model = request.model or task.model
     trainer = resolve_trainer(request.trainer)
     total, cpus = (request.threads, "--threads") if request.threads else usable_cpus()
-    planned = _planned_trials(task, sweep)
-    workers, why = resolve_workers(request.workers, trainer, total, planned)
+    folder, url, name = study_address(request, task, sweep)
+    capacity = _capacity(task, sweep, url, name)
+    workers, why = resolve_workers(request.workers, trainer, total, capacity, request.workers_per_gpu)
     threads = max(1, total // workers)
-    if str(request.workers) == "auto" and not request.quiet:
+    if (str(request.workers) == "auto" or "warning" in why) and not request.quiet:
         print(f"{why}; {threads} thread(s) each of {total} ({cpus})", file=sys.stderr)
     prepared, fingerprint, stack = _checked(
         request, task, sweep, model, threads, trainer, task_path, sweep_path
     )
-    folder, url, name = study_address(request, task, sweep)
     return Setup(
         request,
         task,
@@ -127,7 +133,25 @@ def setup_study(request: Request) -> Setup:
     )
 
 
-def _planned_trials(task: TaskSpec, sweep: SweepSpec) -> int:
+def _capacity(task: TaskSpec, sweep: SweepSpec, url: str, name: str) -> Capacity:
+    """The trials still to run and the memory a worker needs, from the stored study if there is
+    one (its ended runs; the largest peak RSS its workers recorded), against the memory free now."""
+    from suite.study.plan import finished_records
+    from suite.study.records import outcome
+    from suite.study.storage import stored_study
+
+    planned, ended, peak = planned_trials(task, sweep), 0, None
+    study = stored_study(url, name)
+    if study is not None:
+        records = list(finished_records(study).values())
+        ended = sum(1 for r in records if outcome(r) != "errored")  # errored ones run again
+        peaks = [r["peak_rss_mb"] for r in records if r.get("peak_rss_mb")]
+        peak = max(peaks) if peaks else None
+    memory, memory_why = available_memory_mb()
+    return Capacity(max(0, planned - ended), ended, memory, memory_why, peak)
+
+
+def planned_trials(task: TaskSpec, sweep: SweepSpec) -> int:
     """Planned trials (a TPE sweep: its budget of settings x the seed grid), to cap `--workers auto`."""
     from suite.config.sweep import seed_grid
     from suite.study.plan import plan_trials

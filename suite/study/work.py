@@ -20,6 +20,7 @@ from suite.config.task import TaskSpec
 from suite.errors import SuiteError
 from suite.heads.registry import PreparedTask
 from suite.study.plan import replicate_plans, retry_attrs, trial_attrs
+from suite.study.progress import TrialProgress
 from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
 from suite.study.records import outcome
 from suite.study.storage import HEARTBEAT_ENV
@@ -83,9 +84,13 @@ def work(
             try:
                 record = _run_one(trial, task, model, sweep, stamp, trainer, progress)
             except SuiteError as err:  # a user error inside a trial stops the study, not a run
-                trial.set_user_attr("record", {**trial.user_attrs, "outcome": "errored", "reason": str(err)})
+                attrs = retry_attrs(trial, trial.user_attrs.get("attempt", 1))
+                trial.set_user_attr("record", {**attrs, "outcome": "errored", "reason": str(err)})
                 study.tell(trial, state=TrialState.FAIL)
                 raise
+            except (KeyboardInterrupt, SystemExit) as err:  # Lightning turns Ctrl-C into SystemExit(1)
+                _put_back(study, trial)
+                raise Interrupted(ran) from err
         _tell(study, trial, record, task.baseline[task.spec.metric.main])
         if outcome(record) == "errored" and record["attempt"] < MAX_ATTEMPTS:
             attrs = retry_attrs(trial, record["attempt"] + 1)
@@ -93,6 +98,23 @@ def work(
         ran += 1
         if on_done is not None:
             on_done(record)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGINT from the process that started this worker) while a trial ran: its trial
+    went back to the queue, so rerunning the same command resumes it with the same seeds."""
+
+    def __init__(self, ran: int) -> None:
+        super().__init__(f"interrupted after {ran} trial(s) of this worker")
+        self.ran = ran
+
+
+def _put_back(study: optuna.Study, trial: optuna.Trial) -> None:
+    """An interrupted trial is no outcome: fail it without a record (so nothing reads it as a run)
+    and queue the same plan again, at the same attempt."""
+    study.tell(trial, state=TrialState.FAIL)
+    attrs = retry_attrs(trial, trial.user_attrs.get("attempt", 1))
+    study.enqueue_trial(attrs["setting"], user_attrs=attrs, skip_if_exists=False)
 
 
 def _run_one(
@@ -109,7 +131,8 @@ def _run_one(
         param.suggest(trial, name)
     plan = TrialPlan(attrs["size"], sweep.hparams_for(attrs["setting"]), Seeds(**attrs["seeds"]))
     pruning = trial if sweep.pruner.type != "none" else None
-    record = run_trial(task, model, plan, progress=progress, trainer=trainer, pruning_trial=pruning)
+    watch = [TrialProgress(trial, task.spec.metric.main)]
+    record = run_trial(task, model, plan, progress, trainer, pruning, callbacks=watch)
     return {**record, **stamp, "trial_number": trial.number, "attempt": attrs.get("attempt", 1)}
 
 

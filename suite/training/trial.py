@@ -9,6 +9,7 @@ import resource
 import time
 import traceback
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -59,6 +60,7 @@ def run_trial(
     progress: bool = False,
     trainer: dict[str, Any] | None = None,
     pruning_trial: Any = None,
+    callbacks: Sequence[L.Callback] = (),
 ) -> dict[str, Any]:
     """Train and evaluate; returns a record whose `outcome` is succeeded, failed (no better
     than the trivial baseline, or diverged), errored (a crash: not a run) or pruned.
@@ -66,13 +68,14 @@ def run_trial(
     A user error (`SuiteError`) is not an outcome: it propagates and stops the study.
     `trainer` passes Lightning options through (accelerator, devices, strategy, precision);
     `pruning_trial` (an Optuna trial) is told the dev score after every epoch and may stop
-    the run, which is then recorded as pruned, not failed.
+    the run, which is then recorded as pruned, not failed. `callbacks` watch the run (progress)
+    and must not change it.
     """
     record = new_record(task, model, plan)
     start = time.perf_counter()
     module = None
     try:
-        module = _fit(task, model, plan, progress, record, trainer or {}, pruning_trial)
+        module = _fit(task, model, plan, progress, record, trainer or {}, pruning_trial, callbacks)
     except optuna.TrialPruned as err:
         record.update(outcome="pruned", reason=f"pruned: {err}")
     except TrialDiverged as err:
@@ -130,6 +133,7 @@ def _fit(
     record: dict[str, Any],
     trainer_options: dict[str, Any],
     pruning_trial: Any,
+    watchers: Sequence[L.Callback] = (),
 ) -> Any:
     data = task.data
     train_idx = data.train_indices(plan.size, plan.seeds.subsample)
@@ -157,6 +161,7 @@ def _fit(
     options = record["trainer"] = resolve_trainer(trainer_options)
     clock = StepClock(record)
     callbacks = [clock, PruneOnEpoch(pruning_trial, task.spec.metric.main)] if pruning_trial else [clock]
+    callbacks += list(watchers)
     trainer = L.Trainer(
         max_epochs=record.setdefault("epochs_run", plan.hparams.epochs_for(len(train))),
         check_val_every_n_epoch=record.setdefault("eval_every", plan.hparams.eval_every(len(train))),

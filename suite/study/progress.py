@@ -1,0 +1,125 @@
+"""Progress you can trust: each running trial reports where it is (epoch, step of steps, its last
+dev score) into its Optuna trial, throttled; whoever watches the study (the `run` that started the
+workers, a `launch` on a cluster) reads every running trial and estimates the time left from the
+measured time per training step, not from trial completions (two trials ending together say
+nothing about the ten minutes of work still queued).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+import optuna
+from optuna.trial import TrialState
+
+from suite.study.plan import PROGRESS_ATTR, finished_records
+
+PROGRESS_ENV = "SUITE_PROGRESS_S"  # seconds between a trial's progress writes (default 5)
+
+
+class TrialProgress(L.Callback):
+    """Writes the trial's progress into its Optuna trial at most every `interval` seconds and
+    after every dev evaluation. Reads only host-side counters (no device sync)."""
+
+    def __init__(self, trial: optuna.Trial, metric: str, interval: float | None = None) -> None:
+        self.trial, self.metric = trial, metric
+        self.interval = float(os.environ.get(PROGRESS_ENV, "5")) if interval is None else interval
+        self.start = self.last = time.monotonic()
+        self.score: float | None = None
+
+    def on_train_start(self, trainer: L.Trainer, module: Any) -> None:
+        self.start = time.monotonic()
+        self._send(trainer)
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: Any, *args: Any) -> None:
+        if time.monotonic() - self.last >= self.interval:
+            self._send(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, module: Any) -> None:
+        history = getattr(module, "history", None)
+        if history:
+            self.score = history[-1].get(self.metric)
+        self._send(trainer)
+
+    def _send(self, trainer: L.Trainer) -> None:
+        self.last = time.monotonic()
+        steps = trainer.estimated_stepping_batches
+        self.trial.set_user_attr(
+            PROGRESS_ATTR,
+            {
+                "epoch": trainer.current_epoch + 1,
+                "epochs": trainer.max_epochs,
+                "step": trainer.global_step,
+                "steps": int(steps) if math.isfinite(steps) else None,
+                "score": self.score,
+                "metric": self.metric,
+                "elapsed_s": round(self.last - self.start, 2),
+            },
+        )
+
+
+@dataclass
+class StudyProgress:
+    """What a watcher shows: trials ended of planned, the running trials' progress, and the
+    estimated seconds left (None until some step was timed)."""
+
+    ended: int
+    planned: int
+    running: list[dict[str, Any]] = field(default_factory=list)
+    eta_s: float | None = None
+
+    def describe(self, limit: int = 3) -> str:
+        parts = [f"ETA {_duration(self.eta_s)}" if self.eta_s is not None else "ETA: timing the first steps"]
+        for p in self.running[:limit]:
+            text = f"ep {p['epoch']}/{p['epochs']} step {p['step']}/{p.get('steps') or '?'}"
+            if p.get("score") is not None:
+                text += f" {p['metric']} {p['score']:.3f}"
+            parts.append(text)
+        if len(self.running) > limit:
+            parts.append(f"+{len(self.running) - limit} running")
+        return " | ".join(parts)
+
+
+def study_progress(study: optuna.Study, planned: int, workers: int) -> StudyProgress:
+    """The study's progress and its time left: the steps still to train (the running trials' rest,
+    and each queued or not yet proposed trial at the steps of its known peers) times the measured
+    seconds per step (ended trials' wall time, evaluation included, and running trials' so far),
+    shared over the workers."""
+    trials = study.get_trials(deepcopy=False)
+    ended = finished_records(study)
+    running = [t.user_attrs[PROGRESS_ATTR] for t in trials if _running_with_progress(t)]
+    done = [(n, r["wall_time_s"]) for r in ended.values() if (n := _steps(r)) and r.get("wall_time_s")]
+    timed = done + [(p["step"], p["elapsed_s"]) for p in running if p["step"]]
+    progress = StudyProgress(len(ended), max(planned, len(ended)), running)
+    if not timed:
+        return progress
+    seconds_per_step = sum(s for _, s in timed) / sum(n for n, _ in timed)
+    known = [n for n, _ in done] + [p["steps"] for p in running if p.get("steps")]
+    typical = sum(known) / len(known) if known else 0.0
+    left = sum(max(0.0, (p.get("steps") or typical) - p["step"]) for p in running)
+    queued = max(0, progress.planned - progress.ended - len(running))
+    left += queued * typical
+    progress.eta_s = left * seconds_per_step / max(1, min(workers, queued + len(running)))
+    return progress
+
+
+def _running_with_progress(trial: optuna.trial.FrozenTrial) -> bool:
+    return trial.state == TrialState.RUNNING and PROGRESS_ATTR in trial.user_attrs
+
+
+def _steps(record: dict[str, Any]) -> int | None:
+    """Training steps a trial took: its epochs times its batches per epoch."""
+    n, batch = record.get("n_train"), record.get("hparams", {}).get("batch_size")
+    epochs = record.get("epochs_run")
+    return math.ceil(n / batch) * epochs if n and batch and epochs else None
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"

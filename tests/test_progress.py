@@ -1,0 +1,107 @@
+"""Progress you can trust: a trial reports epoch and step of steps; the time left comes from the
+measured time per step; Ctrl-C says what ended and what is left, and a rerun resumes."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState, create_trial
+
+from suite.config.sweep import HParams
+from suite.config.task import load_task
+from suite.heads.registry import PreparedTask, prepare_task
+from suite.model.encoders import load_tokenizer
+from suite.study.progress import PROGRESS_ATTR, TrialProgress, study_progress
+from suite.training.trial import Seeds, TrialPlan, run_trial
+
+
+class _Trial:
+    """What TrialProgress writes to: an Optuna trial's user attributes."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict] = []
+
+    def set_user_attr(self, name: str, value: dict) -> None:
+        assert name == PROGRESS_ATTR
+        self.sent.append(value)
+
+
+@pytest.fixture
+def prepared(tiny_models, tiny_task: Path) -> PreparedTask:  # noqa: ANN001
+    model = str(tiny_models["bert"])
+    return prepare_task(load_task(tiny_task), tiny_task.parent.parent / "data", load_tokenizer(model))
+
+
+def test_a_trial_reports_its_epoch_step_of_steps_and_dev_score(prepared, tiny_models) -> None:  # noqa: ANN001
+    trial = _Trial()
+    plan = TrialPlan(32, HParams(lr=1e-3, batch_size=8, epochs=2), Seeds(1, 2, 3))
+    watch = TrialProgress(trial, "accuracy", interval=0.0)  # every step
+    record = run_trial(prepared, str(tiny_models["bert"]), plan, callbacks=[watch])
+    steps = [p["step"] for p in trial.sent]
+    assert steps == sorted(steps) and steps[0] == 0 and steps[-1] == 8  # 32 examples / 8 x 2 epochs
+    assert {p["steps"] for p in trial.sent} == {8} and {p["epochs"] for p in trial.sent} == {2}
+    assert trial.sent[-1]["score"] == pytest.approx(record["score"])  # the last dev evaluation's
+    assert all(p["elapsed_s"] >= 0 for p in trial.sent)
+    unwatched = run_trial(prepared, str(tiny_models["bert"]), plan)
+    assert unwatched["score"] == record["score"]  # watching does not change the run
+
+
+def _ended(key: str, wall: float) -> optuna.trial.FrozenTrial:
+    record = {
+        "key": key,
+        "outcome": "succeeded",
+        "score": 0.7,
+        "n_train": 64,
+        "hparams": {"batch_size": 8},
+        "epochs_run": 2,
+        "wall_time_s": wall,
+    }
+    return create_trial(state=TrialState.COMPLETE, value=0.7, user_attrs={"key": key, "record": record})
+
+
+def test_time_left_comes_from_the_measured_time_per_step_not_from_completions() -> None:
+    """Two ended trials of 16 steps in 32 s and one at step 4 of 16 after 8 s: 2 s a step. Left:
+    12 steps of the running trial and 3 queued trials of 16: 60 steps, 120 s over 2 workers."""
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(_ended("a", 32.0))
+    study.add_trial(_ended("b", 32.0))
+    running = {"epoch": 1, "epochs": 2, "step": 4, "steps": 16, "score": None, "metric": "f1", "elapsed_s": 8.0}
+    study.add_trial(create_trial(state=TrialState.RUNNING, user_attrs={"key": "c", PROGRESS_ATTR: running}))
+    progress = study_progress(study, planned=6, workers=2)
+    assert progress.ended == 2 and progress.planned == 6
+    assert progress.eta_s == pytest.approx(60.0)
+    assert progress.describe().startswith("ETA 1m00s | ep 1/2 step 4/16")
+    assert study_progress(optuna.create_study(), planned=6, workers=2).eta_s is None  # nothing timed yet
+
+
+def test_ctrl_c_says_what_ended_and_a_rerun_resumes_without_rerunning(
+    tiny_task: Path, tiny_models, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture  # noqa: ANN001
+) -> None:
+    """Ctrl-C inside the second trial: exit 130, '1 of 3 ended, 2 left', the running trial goes back to
+    the queue; the rerun runs the two left, each planned trial once, and keeps the first."""
+    from suite.study import work
+    from tests.conftest import run_tiny
+
+    real, calls = work.run_trial, []
+
+    def interrupted_second(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(1)
+        if len(calls) == 2:
+            raise SystemExit(1)  # what Lightning turns Ctrl-C into
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(work, "run_trial", interrupted_second)
+    folder = run_tiny(tiny_task, tiny_models["bert"], expect=130)
+    assert "interrupted: 1 of 3 planned trials ended, 2 left" in capsys.readouterr().err
+    monkeypatch.setattr(work, "run_trial", real)
+    folder = run_tiny(tiny_task, tiny_models["bert"])
+    records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
+    assert len(records) == 3 and max(Counter(r["key"] for r in records).values()) == 1
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{folder / 'study.db'}")
+    failed = [t for t in study.get_trials() if t.state == TrialState.FAIL]
+    assert len(failed) == 1 and "record" not in failed[0].user_attrs  # put back, never read as a run
+    assert records[0]["trial_number"] == 0  # the first trial's run was kept, not rerun
