@@ -109,7 +109,7 @@ def test_workers_auto_fits_the_memory_from_the_measured_peak() -> None:
     assert "capped at 3 by memory: 7.5 GB available (MemAvailable) / 2.34 GB measured peak" in why
     unmeasured = Capacity(trials=40, memory_mb=7680, memory_why="7.5 GB available (MemAvailable)")
     count, why = resolve_workers("auto", cpu, threads=8, capacity=unmeasured)
-    assert count == 8 and "no measured peak RSS yet" in why
+    assert count == 8 and "no peak RSS measured yet" in why
     tight = Capacity(trials=40, memory_mb=1000, memory_why="1 GB", peak_mb=2400)
     assert resolve_workers("auto", cpu, threads=8, capacity=tight)[0] == 1  # never 0
     count, why = resolve_workers("6", cpu, threads=8, capacity=fits3)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -92,3 +93,18 @@ def test_the_wheel_runs_list_and_validate_from_an_empty_directory(tmp_path: Path
     ran = suite("run", "ner", "--profile", "smoke", "--quiet", *small)
     assert ran.returncode == 0, ran.stderr  # every planned trial ended as a run
     assert (empty / "runs" / "ner" / "minilm-l6" / "leaderboard.json").is_file(), ran.stdout + ran.stderr
+
+
+def test_the_package_asks_for_a_torch_range_and_the_install_step_pins_the_cpu_build() -> None:
+    """Installing the suite on a GPU machine must keep its torch; the README and CI pin the build
+    the tests run on, and that pin lies inside the package's range."""
+
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    torch = next(Requirement(d) for d in pyproject["project"]["dependencies"] if d.startswith("torch"))
+    assert not any(s.operator == "==" for s in torch.specifier) and len(torch.specifier) == 2
+    texts = [(REPO / f).read_text() for f in ("README.md", "Makefile")]  # .ci/run runs the Makefile's
+    pins = {m for text in texts for m in re.findall(r"torch==([\d.]+)", text)}
+    assert pins == {"2.13.0"} and torch.specifier.contains("2.13.0")
+    assert torch.specifier.contains("2.13.0+cu128")  # the same release built for a driver

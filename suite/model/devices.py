@@ -165,7 +165,7 @@ def resolve_workers(
     if cap is not None and cap < count:
         count, why = cap, f"{why}, capped at {cap} by memory: {capacity.memory_text()}"
     elif cap is None and capacity.memory_mb is not None and count > 1:
-        why += "; no measured peak RSS yet, so memory does not cap it (a rerun will)"
+        why += "; memory does not cap it: no peak RSS measured yet (a rerun caps by it)"
     return count, f"--workers auto: {count} ({why})"
 
 
