@@ -99,7 +99,7 @@ def setup_study(request: Request) -> Setup:
     the study's fingerprint, folder, storage URL and name. Reads only (and fills the feature cache)."""
     task_path, task, sweep_path, sweep = load_specs(request)
     model = request.model or task.model
-    trainer = resolve_trainer(request.trainer)
+    trainer = resolve_trainer(request.trainer, request.gpus_per_worker)
     total, cpus = (request.threads, "--threads") if request.threads else usable_cpus()
     planned = _planned_trials(task, sweep)
     workers, why = resolve_workers(request.workers, trainer, total, planned)
@@ -186,7 +186,8 @@ def _checked(
     sweep_where: Any,
 ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """The prepared task after the model, the sweep's stabilisers and every planned input are
-    checked; the study's fingerprint and the software stack it names."""
+    checked; the study's fingerprint and the software stack it names: none when the study is planned
+    for workers on other machines (`launch`), whose first worker's stack becomes the study's."""
     if request.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
     from suite.heads.registry import prepare_task
@@ -201,7 +202,8 @@ def _checked(
     check_sweep(encoder, sweep, sweep_where, task.head, task.classifier, task_where)
     prepared = prepare_task(task, data_dir(request.data_dir), tokenizer)
     check_planned_inputs(prepared, sweep, task_where)
-    stack = software_stack(trainer, getattr(encoder.config, "_attn_implementation", None))
+    attention = getattr(encoder.config, "_attn_implementation", None)
+    stack = software_stack(trainer, attention) if request.gpus_per_worker is None else {}
     return prepared, fingerprint_of(prepared, sweep, model, threads, trainer, stack), stack
 
 
