@@ -69,7 +69,8 @@ def test_time_left_comes_from_the_measured_time_per_step_not_from_completions() 
     study = optuna.create_study(direction="maximize")
     study.add_trial(_ended("a", 32.0))
     study.add_trial(_ended("b", 32.0))
-    running = {"epoch": 1, "epochs": 2, "step": 4, "steps": 16, "score": None, "metric": "f1", "elapsed_s": 8.0}
+    running = {"epoch": 1, "epochs": 2, "step": 4, "steps": 16, "score": None, "metric": "f1"}
+    running["elapsed_s"] = 8.0
     study.add_trial(create_trial(state=TrialState.RUNNING, user_attrs={"key": "c", PROGRESS_ATTR: running}))
     progress = study_progress(study, planned=6, workers=2)
     assert progress.ended == 2 and progress.planned == 6
@@ -79,7 +80,10 @@ def test_time_left_comes_from_the_measured_time_per_step_not_from_completions() 
 
 
 def test_ctrl_c_says_what_ended_and_a_rerun_resumes_without_rerunning(
-    tiny_task: Path, tiny_models, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture  # noqa: ANN001
+    tiny_task: Path,
+    tiny_models,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,  # noqa: ANN001
 ) -> None:
     """Ctrl-C inside the second trial: exit 130, '1 of 3 ended, 2 left', the running trial goes back to
     the queue; the rerun runs the two left, each planned trial once, and keeps the first."""

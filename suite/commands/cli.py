@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from suite.config.request import Request
 from suite.errors import SuiteError
+
+if TYPE_CHECKING:  # for the annotation only: each command is imported when it runs
+    from suite.commands.launch import Launch
 
 SET_HELP = (
     "override a field, the value read as YAML: task fields by path (sizes=[100], data.tag_scheme=iob2), "
@@ -20,16 +24,7 @@ def _add_set_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("task", help="a task name (suite list) or YAML file, e.g. ner or tasks/ner.yaml")
-    p.add_argument("--model", help="alias, local folder or hub id (default: the task's model)")
-    p.add_argument("--sweep", help="a sweep name or YAML file (default: the task's sweep)")
-    p.add_argument("--profile", default="default", help="smoke | default | full (from the YAML)")
-    p.add_argument("--out", default="runs", help="runs folder (default: runs)")
-    p.add_argument("--size", action="append", help="small-data size(s) instead of the task's")
-    p.add_argument("--eval-split", choices=["validation", "test"], help="evaluate on this split")
-    p.add_argument("--seeds", type=int, help="repeats (independent design) or N init x N order (crossed)")
-    p.add_argument("--storage", help="Optuna storage URL (default: sqlite study.db in the run folder)")
-    p.add_argument("--study", help="study name (default: task|model|sweep|profile)")
+    _add_study_args(p)
     p.add_argument(
         "--workers",
         default="1",
@@ -50,6 +45,52 @@ def _add_run_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
+def _add_study_args(p: argparse.ArgumentParser) -> None:
+    """What names a study and its plan: the options `run`, `plan` and `launch` share."""
+    p.add_argument("task", help="a task name (suite list) or YAML file, e.g. ner or tasks/ner.yaml")
+    p.add_argument("--model", help="alias, local folder or hub id (default: the task's model)")
+    p.add_argument("--sweep", help="a sweep name or YAML file (default: the task's sweep)")
+    p.add_argument("--profile", default="default", help="smoke | default | full (from the YAML)")
+    p.add_argument("--out", default="runs", help="runs folder (default: runs)")
+    p.add_argument("--size", action="append", help="small-data size(s) instead of the task's")
+    p.add_argument("--eval-split", choices=["validation", "test"], help="evaluate on this split")
+    p.add_argument("--seeds", type=int, help="repeats (independent design) or N init x N order (crossed)")
+    p.add_argument("--storage", help="Optuna storage URL (default: sqlite study.db in the run folder)")
+    p.add_argument("--study", help="study name (default: task|model|sweep|profile)")
+
+
+def _add_launch_args(p: argparse.ArgumentParser) -> None:
+    _add_study_args(p)
+    _add_set_arg(p)
+    _add_common_args(p, threads=False)
+    p.add_argument("--executor", choices=["slurm", "local"], default="slurm", help="where the workers run")
+    p.add_argument("--workers", type=int, required=True, help="worker jobs (a Slurm job array)")
+    p.add_argument(
+        "--cpus-per-worker",
+        type=int,
+        help="CPUs (Slurm cpus-per-task) and torch threads of each worker (default: 1 on Slurm, "
+        "the usable CPUs / workers locally)",
+    )
+    p.add_argument("--gpus-per-worker", type=int, default=0, help="GPUs of each worker (default 0: CPU)")
+    p.add_argument("--slurm-partition", help="the partition to queue the jobs in")
+    p.add_argument(
+        "--slurm-time", help="each job's time limit: minutes, H:MM:SS or D-HH:MM:SS (default 4:00:00)"
+    )
+    p.add_argument("--slurm-mem", help="memory of each job, e.g. 16G")
+    p.add_argument("--slurm-parallelism", type=int, help="at most this many jobs at once (default: all)")
+    p.add_argument(
+        "--slurm-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="another sbatch option, e.g. account=myproject or qos=high; repeatable",
+    )
+    p.add_argument(
+        "--wait",
+        action=argparse.BooleanOptionalAction,
+        help="wait for the jobs, then write the outputs (default: local waits, slurm does not)",
+    )
+
+
 def _add_until_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--until-halfwidth",
@@ -67,13 +108,15 @@ def _add_until_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_common_args(p: argparse.ArgumentParser) -> None:
+def _add_common_args(p: argparse.ArgumentParser, threads: bool = True) -> None:
     p.add_argument("--data-dir", help="benchmark data folder (default: $SUITE_DATA_DIR)")
-    p.add_argument(
-        "--threads",
-        type=int,
-        help="torch CPU threads in all (default: the CPUs this process may use: affinity and cgroup quota)",
-    )
+    if threads:  # `launch` sets each worker's threads with --cpus-per-worker
+        p.add_argument(
+            "--threads",
+            type=int,
+            help="torch CPU threads in all "
+            "(default: the CPUs this process may use: affinity and cgroup quota)",
+        )
     p.add_argument("--accelerator", help="cpu, gpu or auto (default: gpu when CUDA is present, else cpu)")
     p.add_argument("--devices", help="devices per trial: 1 (use --workers N for N GPUs)")
     p.add_argument("--strategy", help="Lightning strategy per trial: single-device only")
@@ -92,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_until_args(_add_run_args(sub.add_parser("run", help="run a task's study end to end")))
     _add_run_args(sub.add_parser("plan", help="planned trials, how many the storage holds, estimated time"))
+    _add_launch_args(
+        sub.add_parser("launch", help="plan a study, then run its workers as Slurm (or local) jobs")
+    )
     work = sub.add_parser("worker", help="join a running study and run trials until it is done")
     work.add_argument("--storage", required=True, help="the study's Optuna storage URL")
     work.add_argument("--study", required=True, help="the study name (`suite run` prints it)")
@@ -172,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
             from suite.commands.plan import plan
 
             return plan(request_of(args))
+        elif args.command == "launch":
+            from suite.commands.launch import launch
+
+            return launch(request_of(args), launch_of(args))
         elif args.command == "worker":
             from suite.commands.run import worker
 
@@ -243,11 +293,29 @@ def request_of(args: argparse.Namespace) -> Request:
         study=args.study,
         workers=str(getattr(args, "workers", "1")),
         workers_per_gpu=getattr(args, "workers_per_gpu", 1),
-        threads=args.threads,
+        threads=getattr(args, "threads", None),
         trainer=trainer,
         offline=args.offline,
         quiet=args.quiet,
         allow_stack_change=args.allow_stack_change,
+        gpus_per_worker=getattr(args, "gpus_per_worker", None),
+    )
+
+
+def launch_of(args: argparse.Namespace) -> Launch:
+    """How `launch` submits the workers (the study itself is `request_of(args)`)."""
+    from suite.commands.launch import Launch
+
+    return Launch(
+        executor=args.executor,
+        workers=args.workers,
+        cpus_per_worker=args.cpus_per_worker,
+        partition=args.slurm_partition,
+        time=args.slurm_time,
+        mem=args.slurm_mem,
+        parallelism=args.slurm_parallelism,
+        options=tuple(args.slurm_option or ()),
+        wait=args.wait,
     )
 
 

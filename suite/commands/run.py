@@ -4,30 +4,23 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import signal
 import socket
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from suite import __version__
 from suite.config.request import Request
-from suite.config.sweep import SweepSpec
-from suite.config.task import TaskSpec, spec_hash
-from suite.data.hub import source_sha256
+from suite.config.task import TaskSpec
 from suite.errors import SuiteError
 from suite.model.devices import worker_environment
 from suite.outputs.leaderboard import write_leaderboard
-from suite.provenance import git_commit
 from suite.stats.summary import summarize
-from suite.study.fingerprint import STACK
-from suite.study.setup import Setup, join_study, setup_study
+from suite.study.setup import Setup, join_study
 from suite.study.storage import public_url
 
 
@@ -40,33 +33,10 @@ def run(request: Request) -> int:
 
 def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
     """`run`, also giving its setup and the final records it wrote (what `--until-*` reads)."""
-    from suite.study.plan import enqueue_plan
-    from suite.study.preflight import check_writable, make_run_folder
-    from suite.study.storage import open_storage
+    from suite.study.planning import plan_study
 
-    s = setup_study(request)
-    task, sweep, folder, url, name = s.task, s.sweep, s.folder, s.url, s.name
-    assert folder is not None  # a run's setup always has one
-    storage = open_storage(url) if request.storage else None  # reachable before anything is written
-    check_writable(folder)
-    make_run_folder(folder)
-    storage = storage or open_storage(url)
-    study = _open_or_resume(storage, s)
-    if "run_info" not in study.user_attrs:  # the study's creation is its provenance
-        info = run_info(task, sweep, request.profile, s.model, s.prepared)
-        study.set_user_attr(
-            "run_info",
-            {
-                **info,
-                "study": name,
-                "storage": public_url(url),
-                "trainer": s.trainer,
-                "threads": s.threads,
-                "stack": s.stack,
-            },
-        )
-    enqueue_plan(study, task, sweep)
-
+    s, study = plan_study(request)
+    assert s.folder is not None  # a planned study always has a run folder
     try:
         if s.workers == 1:
             torch.set_num_threads(s.threads)
@@ -76,71 +46,8 @@ def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
     except KeyboardInterrupt:
         print(interrupted_note(study, _planned(s)), file=sys.stderr)
         raise
-    records = write_outputs(study, folder, task)
+    records = write_outputs(study, s.folder, s.task)
     return exit_status(study), s, records
-
-
-def _open_or_resume(storage: Any, s: Setup) -> Any:
-    """The stored study when it resumes (the same plan, a grown plan, or an allowed stack change),
-    a new one when none exists; else refuse before anything is written."""
-    import optuna
-
-    from suite.study.resume import resumption
-    from suite.study.storage import open_study
-
-    how = None
-    if s.name in optuna.study.get_all_study_names(storage):
-        existing = optuna.load_study(study_name=s.name, storage=storage)
-        stored = existing.user_attrs.get("fingerprint")
-        if stored is not None or existing.get_trials(deepcopy=False):  # else: killed while created
-            info = existing.user_attrs.get("run_info")
-            allow = s.request.allow_stack_change
-            how = resumption(stored, s.fingerprint, info, s.task, s.sweep, s.name, str(s.folder), allow)
-    study = open_study(storage, s.name, s.sweep, s.task.metric.higher_is_better)
-    if "fingerprint" not in study.user_attrs:
-        study.set_user_attr("fingerprint", s.fingerprint)
-    if how is not None:
-        _record_resumption(study, s, how)
-    return study
-
-
-def _record_resumption(study: Any, s: Setup, how: Any) -> None:
-    """A grown plan becomes the study's plan (fingerprint, task and sweep: workers and later runs
-    compare against it); an allowed stack change is kept as the study's list of stacks."""
-    if how.adopt_stack:  # from now on its stack is checked like any other study's
-        current = {k: v for k, v in s.fingerprint.items() if k.startswith(STACK)}
-        study.set_user_attr("fingerprint", {**study.user_attrs["fingerprint"], **current})
-    if not (how.grown or how.stack_changed):
-        return
-    info = dict(study.user_attrs.get("run_info") or {})
-    if how.grown:
-        stack = {k: v for k, v in study.user_attrs["fingerprint"].items() if k.startswith(STACK)}
-        study.set_user_attr("fingerprint", {**_plan_fields(s.fingerprint), **stack})
-        info.update(
-            task=s.task.model_dump(mode="json"),
-            task_hash=spec_hash(s.task),
-            sweep=s.sweep.model_dump(mode="json"),
-        )
-        info["grown"] = [*info.get("grown", []), {"date": _now(), "fields": how.grown, "added": how.added}]
-    if how.stack_changed:
-        info = _with_stack(info, s.stack)
-    study.set_user_attr("run_info", info)
-    print(f"study {s.name}: {how.describe()}", file=sys.stderr)
-
-
-def _with_stack(info: dict[str, Any], stack: dict[str, Any]) -> dict[str, Any]:
-    """Run info marked mixed, with `stack` among the stacks its trials ran on."""
-    stacks = [x for x in info.get("stacks") or [info.get("stack")] if x]
-    return {**info, "stacks": stacks if stack in stacks else [*stacks, stack], "stack_mixed": True}
-
-
-def _plan_fields(fingerprint: dict[str, Any]) -> dict[str, Any]:
-    """The fingerprint without its stack: a grown plan keeps the study's first stack on record."""
-    return {k: v for k, v in fingerprint.items() if not k.startswith(STACK)}
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def exit_status(study: Any) -> int:
@@ -227,22 +134,26 @@ def _stop(workers: list[subprocess.Popen], grace_s: float = 60.0) -> None:
 
 
 def _wait(workers: list[subprocess.Popen], study: Any, s: Setup) -> list[int]:
-    """Exit codes of the worker processes; meanwhile a progress bar over the study's ended trials,
-    with each running trial's epoch and step and the time left from the measured time per step."""
-    if study is None:
-        return [w.wait() for w in workers]
+    """Exit codes of the worker processes; meanwhile the study's progress (`watch`)."""
+    if study is not None:
+        running = lambda: any(w.poll() is None for w in workers)  # noqa: E731
+        watch(study, _planned(s), len(workers), running, f"trials ({len(workers)} workers)")
+    return [w.wait() for w in workers]
+
+
+def watch(study: Any, planned: int, workers: int, running: Any, desc: str, poll_s: float = 2.0) -> None:
+    """A progress bar until `running()` turns false: trials ended of planned, each running trial's
+    epoch, step and last dev score, and the time left from the measured time per step."""
     from tqdm.auto import tqdm
 
     from suite.study.progress import study_progress
 
-    planned = _planned(s)
     form = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"  # tqdm's own ETA counts completions
-    with tqdm(desc=f"trials ({len(workers)} workers)", total=planned, unit="trial", bar_format=form) as bar:
-        while any(w.poll() is None for w in workers):
-            _show(bar, study_progress(study, planned, len(workers)))
-            time.sleep(2)
-        _show(bar, study_progress(study, planned, len(workers)))
-    return [w.returncode for w in workers]
+    with tqdm(desc=desc, total=planned, unit="trial", bar_format=form) as bar:
+        while running():
+            _show(bar, study_progress(study, planned, workers))
+            time.sleep(poll_s)
+        _show(bar, study_progress(study, planned, workers))
 
 
 def _show(bar: Any, progress: Any) -> None:
@@ -315,7 +226,6 @@ def worker(request: Request) -> int:
     data file, model, thread count or suite version)."""
     import optuna
 
-    from suite.study.resume import resumption
     from suite.study.storage import open_storage
 
     if request.offline:
@@ -332,17 +242,7 @@ def worker(request: Request) -> int:
         raise SuiteError(f"study {request.study!r}: has no run info (start it with `suite run`)")
     s = join_study(request, info)
     torch.set_num_threads(s.threads)
-    stored = study.user_attrs.get("fingerprint")
-    how = resumption(
-        stored, s.fingerprint, info, s.task, s.sweep, s.name, public_url(s.url), request.allow_stack_change
-    )
-    if how.grown:  # `run` re-plans a study; a worker runs the plan it finds
-        raise SuiteError(
-            f"study {s.name!r}: its stored plan differs from its run info; rerun `suite run` first"
-        )
-    if how.stack_changed:  # re-read just before writing: other workers may have added their stacks
-        fresh = optuna.load_study(study_name=s.name, storage=storage).user_attrs.get("run_info") or info
-        study.set_user_attr("run_info", _with_stack(fresh, s.stack))
+    _join_checked(study, s)
     try:
         run_worker(study, s, progress=not request.quiet)
     except KeyboardInterrupt:
@@ -350,6 +250,28 @@ def worker(request: Request) -> int:
             print(interrupted_note(study, _planned(s)), file=sys.stderr)
         raise
     return 0
+
+
+def _join_checked(study: Any, s: Setup) -> None:
+    """Refuse a stored study this worker would not run the same way; store this worker's stack
+    when the study has none yet (planned by `launch`), or mark it mixed for an allowed stack."""
+    from suite.study.planning import adopt_stack, with_stack
+    from suite.study.resume import resumption
+
+    def check() -> Any:  # the study's attributes are read afresh on each call
+        stored, info = study.user_attrs.get("fingerprint"), study.user_attrs.get("run_info")
+        allow = s.request.allow_stack_change
+        return resumption(stored, s.fingerprint, info, s.task, s.sweep, s.name, public_url(s.url), allow)
+
+    how = check()
+    if how.grown:  # `run` re-plans a study; a worker runs the plan it finds
+        raise SuiteError(
+            f"study {s.name!r}: its stored plan differs from its run info; rerun `suite run` first"
+        )
+    if how.adopt_stack and not adopt_stack(study, s):  # another worker stored its stack first
+        how = check()
+    if how.stack_changed:  # re-read just before writing: other workers may have added their stacks
+        study.set_user_attr("run_info", with_stack(study.user_attrs["run_info"], s.stack))
 
 
 def write_outputs(study: Any, folder: Path, task: TaskSpec) -> list[dict[str, Any]]:
@@ -396,35 +318,6 @@ def export(run: Path, storage: str | None, study: str | None, every: bool, outpu
     else:
         write_jsonl(output, records)
     print(f"{output}: {len(records)} trials")
-
-
-def run_info(task: TaskSpec, sweep: SweepSpec, profile: str, model: str, prepared: Any) -> dict[str, Any]:
-    """Provenance of one study: what ran, on what data, with which versions."""
-    import transformers
-
-    from suite.model.encoders import model_revision
-
-    return {
-        "suite_version": __version__,
-        "date": _now(),
-        "task": task.model_dump(mode="json"),
-        "task_hash": spec_hash(task),
-        "sweep": sweep.model_dump(mode="json"),
-        "profile": profile,
-        "model": model,
-        "model_revision": model_revision(model),
-        "data_origin": prepared.data.origin,  # local files, or hub path/name/revision
-        "data_sources": prepared.data.sources,
-        "data_sha256": {k: source_sha256(v) for k, v in prepared.data.sources.items()},
-        "git_commit": git_commit(),
-        "baseline": prepared.baseline,
-        "threads": torch.get_num_threads(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-        },
-    }
 
 
 def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) -> str:

@@ -17,8 +17,8 @@ TRAINER_OPTIONS = ("accelerator", "devices", "strategy", "precision")
 
 @dataclass(frozen=True)
 class Request:
-    """`suite run` / `suite plan` (a task and its sweep from files) or `suite worker` (a stored
-    study named by `storage` and `study`; `task` is then None)."""
+    """`suite run` / `suite plan` / `suite launch` (a task and its sweep from files) or `suite worker`
+    (a stored study named by `storage` and `study`; `task` is then None)."""
 
     task: str | None = None  # a task name or YAML file
     sweep: str | None = None  # a sweep name or YAML file (default: the task's)
@@ -39,12 +39,17 @@ class Request:
     offline: bool = False
     quiet: bool = False
     allow_stack_change: bool = False  # resume a study made on another software stack, marked mixed
+    # `launch`: the study is planned here for workers on other machines (cluster nodes) with this many
+    # GPUs each; the trainer is resolved for them and the software stack is left to the first worker.
+    gpus_per_worker: int | None = None
 
     def __post_init__(self) -> None:
         if self.threads is not None and self.threads < 1:
             raise SpecError(f"--threads: expected a positive integer, got {self.threads}")
         if self.workers_per_gpu < 1:
             raise SpecError(f"--workers-per-gpu: expected a positive integer, got {self.workers_per_gpu}")
+        if self.gpus_per_worker is not None and self.gpus_per_worker < 0:
+            raise SpecError(f"--gpus-per-worker: expected 0 or more, got {self.gpus_per_worker}")
         if unknown := set(self.trainer) - set(TRAINER_OPTIONS):
             raise SpecError(
                 f"trainer options: unknown {sorted(unknown)} (known: {', '.join(TRAINER_OPTIONS)})"

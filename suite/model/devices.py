@@ -21,16 +21,23 @@ _CPU = ("cpu",)
 _GPU = ("gpu", "cuda")
 
 
-def resolve_trainer(options: dict[str, Any]) -> dict[str, Any]:
+def resolve_trainer(options: dict[str, Any], gpus: int | None = None) -> dict[str, Any]:
     """The Lightning options every trial of a study runs with, made explicit (they are part of
     the study's fingerprint): `auto` or nothing -> CUDA when present, else CPU; precision
-    bf16-mixed on a GPU that supports it (fp32 elsewhere: bf16 autocast is ~20x slower on CPU)."""
+    bf16-mixed on a GPU that supports it (fp32 elsewhere: bf16 autocast is ~20x slower on CPU).
+    `gpus`: each worker's GPUs on a cluster node (`launch`), resolved without looking at this
+    machine, often a login node without any: bf16 is then assumed (Ampere or newer)."""
     accelerator = str(options.get("accelerator") or "auto").lower()
+    cuda = torch.cuda.is_available() if gpus is None else gpus > 0
     if accelerator == "auto":
-        accelerator = "gpu" if torch.cuda.is_available() else "cpu"
+        accelerator = "gpu" if cuda else "cpu"
     if accelerator not in _CPU + _GPU:
         raise SpecError(f"--accelerator: expected cpu, gpu or auto, got {accelerator!r}")
-    if accelerator in _GPU and not torch.cuda.is_available():
+    if gpus is not None and (accelerator in _GPU) != cuda:
+        raise SpecError(
+            f"--accelerator {accelerator}: the workers have {gpus} GPU(s) each (--gpus-per-worker)"
+        )
+    if accelerator in _GPU and not cuda:
         raise SpecError("--accelerator gpu: no CUDA device is visible on this machine")
     devices = str(options.get("devices", 1))
     if devices != "1":
@@ -41,7 +48,8 @@ def resolve_trainer(options: dict[str, Any]) -> dict[str, Any]:
     if options.get("strategy") not in (None, "auto", "single_device"):
         raise SpecError(f"--strategy {options['strategy']}: a trial runs on one device (use --workers)")
     gpu = accelerator in _GPU
-    default_precision = "bf16-mixed" if gpu and torch.cuda.is_bf16_supported() else "32-true"
+    bf16 = gpu and (gpus is not None or torch.cuda.is_bf16_supported())
+    default_precision = "bf16-mixed" if bf16 else "32-true"
     return {
         "accelerator": "gpu" if gpu else "cpu",
         "devices": 1,

@@ -105,10 +105,11 @@ def setup_study(request: Request) -> Setup:
     the study's fingerprint, folder, storage URL and name. Reads only (and fills the feature cache)."""
     task_path, task, sweep_path, sweep = load_specs(request)
     model = request.model or task.model
-    trainer = resolve_trainer(request.trainer)
+    trainer = resolve_trainer(request.trainer, request.gpus_per_worker)
     total, cpus = (request.threads, "--threads") if request.threads else usable_cpus()
     folder, url, name = study_address(request, task, sweep)
-    capacity = _capacity(task, sweep, url, name)
+    # `launch` sizes its jobs itself: this machine's memory says nothing about the cluster's nodes
+    capacity = _capacity(task, sweep, url, name) if request.gpus_per_worker is None else None
     workers, why = resolve_workers(request.workers, trainer, total, capacity, request.workers_per_gpu)
     threads = max(1, total // workers)
     if (str(request.workers) == "auto" or "warning" in why) and not request.quiet:
@@ -210,7 +211,8 @@ def _checked(
     sweep_where: Any,
 ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """The prepared task after the model, the sweep's stabilisers and every planned input are
-    checked; the study's fingerprint and the software stack it names."""
+    checked; the study's fingerprint and the software stack it names: none when the study is planned
+    for workers on other machines (`launch`), whose first worker's stack becomes the study's."""
     if request.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
     from suite.heads.registry import prepare_task
@@ -225,7 +227,8 @@ def _checked(
     check_sweep(encoder, sweep, sweep_where, task.head, task.classifier, task_where)
     prepared = prepare_task(task, data_dir(request.data_dir), tokenizer)
     check_planned_inputs(prepared, sweep, task_where)
-    stack = software_stack(trainer, getattr(encoder.config, "_attn_implementation", None))
+    attention = getattr(encoder.config, "_attn_implementation", None)
+    stack = software_stack(trainer, attention) if request.gpus_per_worker is None else {}
     return prepared, fingerprint_of(prepared, sweep, model, threads, trainer, stack), stack
 
 

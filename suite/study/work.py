@@ -43,7 +43,7 @@ def _propose(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> optuna.Tr
     return trial
 
 
-def _settings_proposed(trials: list[optuna.trial.FrozenTrial]) -> int:
+def settings_proposed(trials: list[optuna.trial.FrozenTrial]) -> int:
     return len(
         {json.dumps(t.user_attrs.get("setting"), sort_keys=True) for t in trials if "key" in t.user_attrs}
     )
@@ -73,7 +73,7 @@ def work(
         with queue_lock(study):
             trial = pop_planned(study)
             trials = study.get_trials(deepcopy=False)
-            if trial is None and sweep.adaptive and _settings_proposed(trials) < sweep.budget:
+            if trial is None and sweep.adaptive and settings_proposed(trials) < sweep.budget:
                 trial = _propose(study, task.spec, sweep)
         if trial is None:
             if any(t.state == TrialState.RUNNING for t in trials):

@@ -1,0 +1,162 @@
+"""The one planning path of `run` and `launch`: a request's study opened in its storage (new,
+resumed, or grown when its fingerprint allows), its provenance recorded once, and every planned
+trial the storage does not hold queued. Workers then pop the queue (suite/study/work.py), here
+(`run`) or on other machines (`launch`)."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import optuna
+import torch
+
+from suite import __version__
+from suite.config.request import Request
+from suite.config.sweep import SweepSpec
+from suite.config.task import TaskSpec, spec_hash
+from suite.data.hub import source_sha256
+from suite.provenance import git_commit
+from suite.study.fingerprint import STACK
+from suite.study.setup import Setup, setup_study
+from suite.study.storage import public_url
+
+
+def plan_study(request: Request) -> tuple[Setup, optuna.Study]:
+    """Check every input, then open the request's study and queue its plan; nothing is written
+    before the checks pass (a refused study is one line, exit 2)."""
+    from suite.study.plan import enqueue_plan
+    from suite.study.preflight import check_writable, make_run_folder
+    from suite.study.storage import open_storage
+
+    s = setup_study(request)
+    assert s.folder is not None  # a planned study always has a run folder
+    storage = open_storage(s.url) if request.storage else None  # reachable before anything is written
+    check_writable(s.folder)
+    make_run_folder(s.folder)
+    study = open_or_resume(storage or open_storage(s.url), s)
+    if "run_info" not in study.user_attrs:  # the study's creation is its provenance
+        info = run_info(s.task, s.sweep, request.profile, s.model, s.prepared)
+        study.set_user_attr(
+            "run_info",
+            {
+                **info,
+                "study": s.name,
+                "storage": public_url(s.url),
+                "trainer": s.trainer,
+                "threads": s.threads,
+                "stack": s.stack or None,  # planned for other machines: its first worker's (adopt_stack)
+            },
+        )
+    enqueue_plan(study, s.task, s.sweep)
+    return s, study
+
+
+def open_or_resume(storage: Any, s: Setup) -> optuna.Study:
+    """The stored study when it resumes (the same plan, a grown plan, or an allowed stack change),
+    a new one when none exists; else refuse before anything is written."""
+    from suite.study.resume import resumption
+    from suite.study.storage import open_study
+
+    how = None
+    if s.name in optuna.study.get_all_study_names(storage):
+        existing = optuna.load_study(study_name=s.name, storage=storage)
+        stored = existing.user_attrs.get("fingerprint")
+        if stored is not None and not s.stack:  # planned for other machines: their workers check the stack
+            stored = plan_fields(stored)
+        if stored is not None or existing.get_trials(deepcopy=False):  # else: killed while created
+            info = existing.user_attrs.get("run_info")
+            allow = s.request.allow_stack_change
+            how = resumption(stored, s.fingerprint, info, s.task, s.sweep, s.name, str(s.folder), allow)
+    study = open_study(storage, s.name, s.sweep, s.task.metric.higher_is_better)
+    if "fingerprint" not in study.user_attrs:
+        study.set_user_attr("fingerprint", s.fingerprint)
+    if how is not None:
+        _record_resumption(study, s, how)
+    return study
+
+
+def _record_resumption(study: optuna.Study, s: Setup, how: Any) -> None:
+    """A grown plan becomes the study's plan (fingerprint, task and sweep: workers and later runs
+    compare against it); an allowed stack change is kept as the study's list of stacks."""
+    if how.adopt_stack:  # from now on its stack is checked like any other study's
+        current = {k: v for k, v in s.fingerprint.items() if k.startswith(STACK)}
+        study.set_user_attr("fingerprint", {**study.user_attrs["fingerprint"], **current})
+    if not (how.grown or how.stack_changed):
+        return
+    info = dict(study.user_attrs.get("run_info") or {})
+    if how.grown:
+        stack = {k: v for k, v in study.user_attrs["fingerprint"].items() if k.startswith(STACK)}
+        study.set_user_attr("fingerprint", {**plan_fields(s.fingerprint), **stack})
+        info.update(
+            task=s.task.model_dump(mode="json"),
+            task_hash=spec_hash(s.task),
+            sweep=s.sweep.model_dump(mode="json"),
+        )
+        info["grown"] = [*info.get("grown", []), {"date": now(), "fields": how.grown, "added": how.added}]
+    if how.stack_changed:
+        info = with_stack(info, s.stack)
+    study.set_user_attr("run_info", info)
+    print(f"study {s.name}: {how.describe()}", file=sys.stderr)
+
+
+def adopt_stack(study: optuna.Study, s: Setup) -> bool:
+    """A worker joining a study stored without a stack (planned by `launch` on another machine, or
+    before stacks were fingerprinted) stores its own: later workers and runs are checked against
+    it. False when another worker stored one first (check against that one instead). Re-read just
+    before writing; two first workers racing within that moment both write, the last one wins."""
+    fresh = study.user_attrs  # read from the storage on each access
+    if any(k.startswith(STACK) for k in fresh.get("fingerprint") or {}):
+        return False
+    stack = {k: v for k, v in s.fingerprint.items() if k.startswith(STACK)}
+    study.set_user_attr("fingerprint", {**fresh["fingerprint"], **stack})
+    info = fresh.get("run_info") or {}
+    if not info.get("stack"):
+        study.set_user_attr("run_info", {**info, "stack": s.stack})
+    return True
+
+
+def with_stack(info: dict[str, Any], stack: dict[str, Any]) -> dict[str, Any]:
+    """Run info marked mixed, with `stack` among the stacks its trials ran on."""
+    stacks = [x for x in info.get("stacks") or [info.get("stack")] if x]
+    return {**info, "stacks": stacks if stack in stacks else [*stacks, stack], "stack_mixed": True}
+
+
+def plan_fields(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """The fingerprint without its stack: a grown plan keeps the study's first stack on record."""
+    return {k: v for k, v in fingerprint.items() if not k.startswith(STACK)}
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def run_info(task: TaskSpec, sweep: SweepSpec, profile: str, model: str, prepared: Any) -> dict[str, Any]:
+    """Provenance of one study: what ran, on what data, with which versions."""
+    import transformers
+
+    from suite.model.encoders import model_revision
+
+    return {
+        "suite_version": __version__,
+        "date": now(),
+        "task": task.model_dump(mode="json"),
+        "task_hash": spec_hash(task),
+        "sweep": sweep.model_dump(mode="json"),
+        "profile": profile,
+        "model": model,
+        "model_revision": model_revision(model),
+        "data_origin": prepared.data.origin,  # local files, or hub path/name/revision
+        "data_sources": prepared.data.sources,
+        "data_sha256": {k: source_sha256(v) for k, v in prepared.data.sources.items()},
+        "git_commit": git_commit(),
+        "baseline": prepared.baseline,
+        "threads": torch.get_num_threads(),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+        },
+    }

@@ -1,0 +1,294 @@
+"""`suite launch`: a study planned here, its workers submitted through submitit (local processes,
+or a Slurm array whose parameters and sbatch script are checked without a cluster)."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+
+from suite.commands.cli import main
+from suite.commands.launch import Launch, executor_parameters, make_executor, slurm_minutes
+from suite.errors import SpecError
+from suite.model.devices import resolve_trainer
+from tests.test_workers import _sweep
+
+POSTGRES = os.environ.get("SUITE_TEST_POSTGRES_URL")
+needs_postgres = pytest.mark.skipif(
+    not POSTGRES, reason="SUITE_TEST_POSTGRES_URL not set (.ci/run starts a server and sets it)"
+)
+
+
+def _launch(task: Path, model: Path, *extra: str) -> list[str]:
+    """`suite launch` of the fixture task on the 2-setting x 4-seed sweep (8 trials)."""
+    root = task.parent.parent
+    return [
+        "launch", str(task), "--model", str(model), "--sweep", str(_sweep(root)),
+        "--out", str(root / "runs"), "--data-dir", str(root / "data"), "--quiet", *extra,
+    ]  # fmt: skip
+
+
+def _local(task: Path, model: Path, *extra: str) -> list[str]:
+    return _launch(task, model, "--executor", "local", "--workers", "2", "--cpus-per-worker", "1", *extra)
+
+
+def _trials(url: str, name: str | None = None) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=url).get_trials()
+
+
+def _ended(trials: list[optuna.trial.FrozenTrial]) -> Counter:
+    """Planned key -> how many of its trials ran to an end (a record, state COMPLETE)."""
+    return Counter(t.user_attrs["key"] for t in trials if t.state.name == "COMPLETE")
+
+
+def _storage_args(backend: str) -> tuple[list[str], str | None]:
+    if backend == "sqlite":
+        return [], None
+    if not POSTGRES:
+        pytest.skip("SUITE_TEST_POSTGRES_URL not set (.ci/run starts a server and sets it)")
+    name = f"launch-{uuid.uuid4().hex[:8]}"
+    return ["--storage", POSTGRES, "--study", name], name
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_local_launch_runs_every_planned_trial_once_and_reruns_resume(
+    backend: str, tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
+) -> None:
+    storage, name = _storage_args(backend)
+    command = _local(tiny_task, tiny_models["bert"], *storage)
+    assert main(command) == 0
+    folder = next((tiny_task.parent.parent / "runs").glob("tiny/*"))
+    url = POSTGRES if name else f"sqlite:///{folder / 'study.db'}"
+    trials = _trials(url, name)
+    ended = _ended(trials)
+    assert len(trials) == 8 and len(ended) == 8 and set(ended.values()) == {1}  # each planned trial once
+    records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
+    assert sorted(r["key"] for r in records) == sorted(ended)
+    assert json.loads((folder / "leaderboard.json").read_text())["entries"]
+    launches = json.loads((folder / "launch.json").read_text())["launches"]
+    assert [(x["executor"], len(x["jobs"]), x["parameters"]["cpus_per_task"]) for x in launches] == [
+        ("local", 2, 1)
+    ]
+    out = capsys.readouterr().out
+    assert f"submitted 2 worker jobs (local): {' '.join(launches[0]['jobs'])}" in out
+    # Planned without a stack (`launch` plans for other machines): the first worker stored its own.
+    study = optuna.load_study(study_name=name, storage=url)
+    assert study.user_attrs["fingerprint"]["stack.torch"] and study.user_attrs["fingerprint"]["threads"] == 1
+    assert json.loads((folder / "run.json").read_text())["stack"]["torch"]
+    assert {r["stack"]["torch"] for r in records} == {study.user_attrs["run_info"]["stack"]["torch"]}
+
+    before = (folder / "trials.jsonl").read_text()
+    assert main(command) == 0  # the same command again: resumes a finished study, submits nothing
+    assert len(_trials(url, name)) == 8
+    assert len(json.loads((folder / "launch.json").read_text())["launches"]) == 1
+    assert (folder / "trials.jsonl").read_text() == before
+    assert "every planned trial has ended; no worker submitted" in capsys.readouterr().out
+
+    if backend != "sqlite":
+        return
+    # The workers check the stack the study stored: another one fails their jobs, not the launch.
+    study.set_user_attr("fingerprint", {**study.user_attrs["fingerprint"], "stack.numpy": "1.0.0"})
+    assert main([*command, "--seeds", "5"]) == 1  # grown by 2 trials, which nobody may run
+    err = capsys.readouterr().err
+    refused = [line for line in err.splitlines() if line.startswith("job ")]
+    assert len(refused) == 2 and all("SuiteError: study" in line for line in refused)
+    assert all("stack.numpy 1.0.0 -> " in line and "--allow-stack-change" in line for line in refused)
+    assert len(_ended(_trials(url, name))) == 8
+    assert main([*command, "--seeds", "5", "--allow-stack-change"]) == 0
+    ended = _ended(_trials(url, name))
+    assert len(ended) == 10 and set(ended.values()) == {1}
+    assert json.loads((folder / "run.json").read_text())["stack_mixed"] is True
+
+
+@pytest.mark.faults
+def test_a_rerun_after_killed_workers_resumes_without_rerunning_ended_trials(
+    tiny_task: Path, tiny_models: dict, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Both workers die in their second trial (as jobs past their time limit would): the launch
+    exits 1 saying so; the same command again runs only what did not end, each trial once."""
+    command = _local(tiny_task, tiny_models["bert"])
+    monkeypatch.setenv("SUITE_HEARTBEAT_S", "1")  # a dead worker's trial is re-queued after 3 s
+    monkeypatch.setenv("SUITE_KILL_AT", "evaluation:2")  # the jobs inherit it: each dies at its 2nd
+    assert main(command) == 1
+    err = capsys.readouterr().err
+    assert err.count("ended without a result") == 2 and "rerun the same command" in err
+    folder = next((tiny_task.parent.parent / "runs").glob("tiny/*"))
+    url = f"sqlite:///{folder / 'study.db'}"
+    first = {t.user_attrs["key"]: t for t in _trials(url) if t.state.name == "COMPLETE"}
+    assert 1 <= len(first) <= 2
+
+    monkeypatch.delenv("SUITE_KILL_AT")
+    assert main(command) == 0
+    trials = _trials(url)
+    ended = _ended(trials)
+    assert len(ended) == 8 and set(ended.values()) == {1}
+    for key, trial in first.items():  # ended before: kept as they were, not run again
+        again = next(t for t in trials if t.state.name == "COMPLETE" and t.user_attrs["key"] == key)
+        assert again.number == trial.number and again.user_attrs["record"] == trial.user_attrs["record"]
+    killed = [t for t in trials if t.state.name == "FAIL"]
+    retried = [t for t in trials if "failed_trial" in t.system_attrs]
+    assert len(killed) == len(retried) == 2  # the killed trials came back once each
+    launches = json.loads((folder / "launch.json").read_text())["launches"]
+    assert [len(x["jobs"]) for x in launches] == [2, 2]
+
+
+@pytest.mark.parametrize(
+    "storage", [None, "sqlite:////shared/study.db", "journal:/shared/study.log", "redis://host/0"]
+)
+def test_slurm_refuses_a_storage_its_nodes_cannot_share(
+    storage: str | None, tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
+) -> None:
+    extra = ["--storage", storage] if storage else []
+    assert main(_launch(tiny_task, tiny_models["bert"], "--workers", "2", *extra)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
+    assert "need a database server, --storage postgresql://... or mysql://..." in err
+    assert not (tiny_task.parent.parent / "runs").exists()  # refused before planning anything
+
+
+def test_slurm_parameters_reach_submitit_and_the_sbatch_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    how = Launch(
+        executor="slurm",
+        workers=4,
+        partition="gpu",
+        time="1-12:00:00",
+        mem="32G",
+        parallelism=2,
+        options=("account=proj", "qos=high"),
+    )
+    parameters = executor_parameters(how, cpus=8, gpus=1, name="ner")
+    assert parameters == {
+        "name": "suite-ner",
+        "cpus_per_task": 8,
+        "gpus_per_node": 1,
+        "timeout_min": 36 * 60,
+        "slurm_partition": "gpu",
+        "slurm_mem": "32G",
+        "slurm_array_parallelism": 2,
+        "slurm_additional_parameters": {"account": "proj", "qos": "high"},
+    }
+    _fake_slurm(tmp_path, monkeypatch)  # submitit's Slurm executor is built only where srun exists
+    slurm = make_executor("slurm", tmp_path / "jobs", parameters)._executor.parameters
+    script = _make_sbatch_string(command="run", folder=tmp_path / "jobs" / "%j", map_count=4, **slurm)
+    for line in (
+        "--partition=gpu", "--time=2160", "--mem=32G", "--cpus-per-task=8", "--gpus-per-node=1",
+        "--array=0-3%2", "--account=proj", "--qos=high", "--job-name=suite-ner",
+    ):  # fmt: skip
+        assert f"#SBATCH {line}\n" in script, line
+    cpu_only = executor_parameters(Launch(executor="slurm", workers=3), cpus=1, gpus=0, name="ner")
+    assert "gpus_per_node" not in cpu_only and cpu_only["timeout_min"] == 240  # the 4:00:00 default
+    assert cpu_only["slurm_array_parallelism"] == 3
+    here = executor_parameters(Launch(executor="local", workers=2), cpus=1, gpus=0, name="ner")
+    local = make_executor("local", tmp_path / "local", here)._executor.parameters
+    assert local["timeout_min"] == 7 * 24 * 60  # not submitit's 2-minute local default
+
+
+@pytest.mark.parametrize(
+    "text, minutes",
+    [("90", 90), ("30:30", 31), ("1:30:00", 90), ("2-0", 2880), ("1-2:30", 1590), ("1-00:00:01", 1441)],
+)
+def test_slurm_time_limits_in_sbatch_formats(text: str, minutes: int) -> None:
+    assert slurm_minutes(text) == minutes
+
+
+def test_bad_launch_options_are_one_line(tmp_path: Path) -> None:
+    for bad in ("1h", "0", ""):
+        with pytest.raises(SpecError, match="--slurm-time"):
+            slurm_minutes(bad)
+    with pytest.raises(SpecError, match="--slurm-mem"):
+        executor_parameters(Launch(executor="slurm", workers=1, mem="lots"), 1, 0, "ner")
+    with pytest.raises(SpecError, match="--slurm-option"):
+        executor_parameters(Launch(executor="slurm", workers=1, options=("account",)), 1, 0, "ner")
+    with pytest.raises(SpecError, match="--workers"):
+        Launch(executor="local", workers=0)
+
+
+def test_workers_on_cluster_gpus_are_planned_without_a_gpu_here() -> None:
+    """A login node has no GPU: the trainer is resolved for the workers' GPUs, not this machine's."""
+    assert resolve_trainer({}, gpus=1) == {"accelerator": "gpu", "devices": 1, "precision": "bf16-mixed"}
+    assert resolve_trainer({"precision": "16-mixed"}, gpus=2)["precision"] == "16-mixed"
+    assert resolve_trainer({}, gpus=0)["accelerator"] == "cpu"
+    with pytest.raises(SpecError, match="--accelerator cpu: the workers have 1 GPU"):
+        resolve_trainer({"accelerator": "cpu"}, gpus=1)
+
+
+def _fake_slurm(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`srun` and an `sbatch` that keeps each script it is given and answers with job 4242."""
+    bin_ = root / "bin"
+    bin_.mkdir(exist_ok=True)
+    (bin_ / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_ / "sbatch").write_text(
+        f'#!/bin/sh\ncp "$1" "{root}/sbatch-$$.sh"\necho "Submitted batch job 4242"\n'
+    )
+    for tool in ("srun", "sbatch"):
+        (bin_ / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
+    return root
+
+
+@needs_postgres
+def test_slurm_launch_submits_an_array_prints_how_to_watch_and_a_rerun_writes_the_outputs(
+    tiny_task: Path,
+    tiny_models: dict,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Against a fake sbatch: the array's script and job ids, then each job's pickled call run here
+    as a node would run it, then the same command again: nothing left, nothing submitted."""
+    from submitit.core.utils import DelayedSubmission
+
+    name = f"slurm-{uuid.uuid4().hex[:8]}"
+    _fake_slurm(tmp_path, monkeypatch)
+    command = _launch(
+        tiny_task, tiny_models["bert"], "--workers", "2", "--storage", POSTGRES, "--study", name
+    )
+    assert main([*command, "--slurm-partition", "cpu", "--cpus-per-worker", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "submitted 2 worker jobs (slurm): 4242_0 4242_1" in out
+    assert "watch: optuna-dashboard 'postgresql://suite:***@" in out and "rerun this command" in out
+    (script,) = tmp_path.glob("sbatch-*.sh")
+    text = script.read_text()
+    assert "#SBATCH --array=0-1%2\n" in text and "#SBATCH --partition=cpu\n" in text
+    folder = next((tiny_task.parent.parent / "runs").glob("tiny/*"))
+    (launched,) = json.loads((folder / "launch.json").read_text())["launches"]
+    assert launched["jobs"] == ["4242_0", "4242_1"] and launched["storage"].startswith(
+        "postgresql://suite:***@"
+    )
+    study = optuna.load_study(study_name=name, storage=POSTGRES)
+    assert not any(k.startswith("stack.") for k in study.user_attrs["fingerprint"])  # left to the nodes
+    assert Counter(t.state.name for t in study.get_trials()) == {"WAITING": 8}
+
+    for pickled in sorted((folder / "jobs").glob("4242_*/*_submitted.pkl")):  # as the nodes would
+        assert DelayedSubmission.load(pickled).result() == 0
+    assert len(_ended(study.get_trials())) == 8
+    assert main([*command, "--slurm-partition", "cpu", "--cpus-per-worker", "1"]) == 0
+    assert len(list(tmp_path.glob("sbatch-*.sh"))) == 1  # nothing left to run: nothing submitted
+    assert len((folder / "trials.jsonl").read_text().splitlines()) == 8
+
+
+def test_the_first_worker_to_join_stores_the_stack_and_later_ones_are_checked_against_it(
+    tmp_path: Path,
+) -> None:
+    from types import SimpleNamespace
+
+    from suite.study.planning import adopt_stack
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="s")
+    study.set_user_attr("fingerprint", {"threads": 1})  # as `launch` stores it: no stack
+    study.set_user_attr("run_info", {"stack": None, "threads": 1})
+    first = SimpleNamespace(fingerprint={"threads": 1, "stack.gpu": "H100"}, stack={"gpu": "H100"})
+    second = SimpleNamespace(fingerprint={"threads": 1, "stack.gpu": "A100"}, stack={"gpu": "A100"})
+    assert adopt_stack(study, first) is True
+    assert adopt_stack(study, second) is False  # too late: it is checked against the first one's
+    assert study.user_attrs["fingerprint"] == {"threads": 1, "stack.gpu": "H100"}
+    assert study.user_attrs["run_info"]["stack"] == {"gpu": "H100"}
