@@ -11,7 +11,9 @@ from tests.conftest import REPO
 
 # code_versions() (TRAINING_CODE_VERSION + HEAD_CODE_VERSIONS) -> digest of TRAINING_MODULES' syntax
 # trees (docstrings and comments aside).
-PINS = {"3+auto2": "dfdfd31e848b95f9"}
+# 3+auto2 re-pinned for the GPU path (issue 22): losses read back in batches on a GPU, pieces cut on
+# the CPU, fp32 output layers, Viterbi on a CPU copy; on the CPU every record stays bit-identical.
+PINS = {"3+auto2": "00c01b9ec63926cb"}
 
 
 def test_the_training_code_matches_its_version_pin() -> None:
