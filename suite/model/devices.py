@@ -22,9 +22,11 @@ _GPU = ("gpu", "cuda")
 
 def resolve_trainer(options: dict[str, Any]) -> dict[str, Any]:
     """The Lightning options every trial of a study runs with, made explicit (they are part of
-    the study's fingerprint): `auto` or nothing -> CUDA when present, else CPU; precision
-    bf16-mixed on a GPU that supports it (fp32 elsewhere: bf16 autocast is ~20x slower on CPU)."""
-    accelerator = str(options.get("accelerator") or "auto").lower()
+    the study's fingerprint): `auto` or nothing -> $SUITE_ACCELERATOR if set (the tests pin the
+    CPU with it, tests/conftest.py), else CUDA when present, else CPU; precision
+    bf16-mixed on a GPU with native bf16 (compute capability 8.0+; fp32 on older cards, where torch
+    emulates bf16, and on the CPU, where bf16 autocast is ~20x slower)."""
+    accelerator = str(options.get("accelerator") or os.environ.get("SUITE_ACCELERATOR") or "auto").lower()
     if accelerator == "auto":
         accelerator = "gpu" if torch.cuda.is_available() else "cpu"
     if accelerator not in _CPU + _GPU:
@@ -40,7 +42,8 @@ def resolve_trainer(options: dict[str, Any]) -> dict[str, Any]:
     if options.get("strategy") not in (None, "auto", "single_device"):
         raise SpecError(f"--strategy {options['strategy']}: a trial runs on one device (use --workers)")
     gpu = accelerator in _GPU
-    default_precision = "bf16-mixed" if gpu and torch.cuda.is_bf16_supported() else "32-true"
+    native_bf16 = gpu and torch.cuda.is_bf16_supported(including_emulation=False)
+    default_precision = "bf16-mixed" if native_bf16 else "32-true"
     return {
         "accelerator": "gpu" if gpu else "cpu",
         "devices": 1,
