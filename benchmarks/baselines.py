@@ -2,7 +2,8 @@
 against, each run in its own process so its memory and threads are its own:
 
     python -m benchmarks.baselines {hf-pad128,hf-dynamic,lean} --out RESULT.json \
-        [--task tasks/rte.yaml] [--size 500] [--epochs 2] [--lr 2e-5 5e-5] [--batch-size 16 32]
+        [--task tasks/rte.yaml] [--size 500] [--epochs 2] [--lr 2e-5 5e-5] [--batch-size 16 32] \
+        [--device auto|cpu|cuda]
 
 - `hf-pad128`: Hugging Face `Trainer.hyperparameter_search` (Optuna, grid), every example padded
   to max_length as run_glue does;
@@ -11,8 +12,10 @@ against, each run in its own process so its memory and threads are its own:
   buckets, dynamic padding, fused AdamW, length-sorted inference-mode evaluation.
 
 All three train on the suite's own tokenized features of the same seeded subsample, with the same
-recipe (AdamW, weight decay 0.01 on matrices, 10% linear warmup then decay, clipping at 1.0,
-fp32), and evaluate on the full dev set after each epoch. The JSON holds one entry per trial.
+recipe (AdamW, weight decay 0.01 on matrices, 10% linear warmup then decay, clipping at 1.0),
+on `--device` in the suite's default precision there (fp32 on the CPU, bf16 autocast on a GPU:
+benchmarks/device.py), and evaluate on the full dev set after each epoch. The JSON holds one
+entry per trial.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from itertools import product
 from typing import Any
 
 import torch
+
+from benchmarks.device import DEVICES, autocast, precision, resolve_device, to_device
 
 KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels")
 
@@ -106,7 +111,8 @@ def hf_search(args: argparse.Namespace, dynamic: bool) -> list[dict[str, Any]]:
             logging_strategy="no",
             report_to="none",
             disable_tqdm=True,
-            use_cpu=True,
+            use_cpu=args.device == "cpu",
+            bf16=precision(args.device) == "bf16-mixed",
             warmup_steps=0.1,
             weight_decay=0.01,
             per_device_eval_batch_size=64,
@@ -178,6 +184,7 @@ def lean_loop(args: argparse.Namespace) -> list[dict[str, Any]]:
     lengths = [len(f["input_ids"]) for f in train]
     torch.manual_seed(0)
     pretrained = AutoModelForSequenceClassification.from_pretrained(model_folder(args.task), num_labels=2)
+    pretrained.to(args.device)
     results = []
     for seed, (lr, batch) in enumerate(product(args.lr, args.batch_size)):
         start = time.perf_counter()
@@ -189,13 +196,15 @@ def lean_loop(args: argparse.Namespace) -> list[dict[str, Any]]:
         scores, first_step, padded = [], None, 0
         for _ in range(args.epochs):
             for indices in sampler:
-                inputs = pad([as_tensors[i] for i in indices])
+                inputs = to_device(pad([as_tensors[i] for i in indices]), args.device)
                 padded += inputs["input_ids"].numel()
                 first_step = first_step or time.perf_counter()
-                net(**inputs).loss.backward()
+                with autocast(args.device):
+                    loss = net(**inputs).loss
+                loss.backward()
                 torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
                 optimizer.step(), schedule.step(), optimizer.zero_grad(set_to_none=True)
-            scores.append(evaluate(net, dev_sorted))
+            scores.append(evaluate(net, dev_sorted, args.device))
         train_end = time.perf_counter()
         del net, optimizer
         end = time.perf_counter()
@@ -229,13 +238,15 @@ def pad(features: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
 
 
 @torch.inference_mode()
-def evaluate(net: Any, dev_sorted: list[dict[str, torch.Tensor]], batch: int = 128) -> float:
+def evaluate(net: Any, dev_sorted: list[dict[str, torch.Tensor]], device: str, batch: int = 128) -> float:
     net.eval()
     right = 0
     for s in range(0, len(dev_sorted), batch):
-        inputs = pad(dev_sorted[s : s + batch])
+        inputs = to_device(pad(dev_sorted[s : s + batch]), device)
         labels = inputs.pop("labels")
-        right += int((net(**inputs).logits.argmax(-1) == labels).sum())
+        with autocast(device):
+            logits = net(**inputs).logits
+        right += int((logits.argmax(-1) == labels).sum())
     net.train()
     return right / len(dev_sorted)
 
@@ -249,7 +260,11 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, nargs="+", default=[2e-5, 5e-5])
     parser.add_argument("--batch-size", type=int, nargs="+", default=[16, 32])
+    parser.add_argument(
+        "--device", choices=DEVICES, default="auto", help="auto: where the suite's trials run"
+    )
     args = parser.parse_args()
+    args.device = resolve_device(args.device)
     start = time.perf_counter()
     trials = lean_loop(args) if args.way == "lean" else hf_search(args, dynamic=args.way == "hf-dynamic")
     with open(args.out, "w") as f:

@@ -1,7 +1,7 @@
 """One hyperparameter sweep run four ways in one invocation, with the figures that decide what a
 robustness study costs:
 
-    SUITE_DATA_DIR=../shared/data python benchmarks/sweep.py [--quick] [--workers-check]
+    SUITE_DATA_DIR=../shared/data python benchmarks/sweep.py [--quick] [--workers-check] [--device cuda]
 
 (a) the suite as a user runs it (`suite run TASK --sweep ...`; random batches computed as
 length-sorted pieces as the presets do, or `--suite-batches random|buckets`), (b) Hugging Face
@@ -12,10 +12,12 @@ lr {2e-5, 5e-5} x batch {16, 32}; `--quick` is 128 examples, 1 epoch, lr 5e-5 (a
 
 Prints per way: s/trial over the whole sweep (process start to exit), real and padded training
 tokens, useful GFLOP/s (6 N T_train + 2 N T_eval, N the non-embedding parameters) and their share
-of the fp32 matmul peak measured in the same run, per-trial overhead (trial start to first step,
+of the matmul peak measured in the same run on the same device (fp32 on the CPU, bf16 on a GPU:
+benchmarks/device.py), per-trial overhead (trial start to first step,
 and last evaluation to record written), peak RSS and its growth over the trials, the dev scores
 (a speed-up must not move them), and the speed ratios a/b, a/c, a/d. `--workers-check` adds the
-suite with 2 worker processes x 1 thread; `--replicas` adds benchmarks/replicas.py.
+suite with 2 worker processes x 1 thread; `--replicas` adds benchmarks/replicas.py. Every way
+runs on `--device` (default: where the suite's trials run, so a GPU host benchmarks its GPU).
 """
 
 from __future__ import annotations
@@ -32,30 +34,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script: `benchmarks` itself must be importable
+from benchmarks.device import DEVICES, accelerator, device_name, matmul_peak, resolve_device  # noqa: E402
+
 WAYS = {
     "hf-pad128": "(b) HF hp-search, pad to 128",
     "hf-dynamic": "(c) HF, dynamic + group_by_length",
     "lean": "(d) lean hand-written loop",
 }
-
-
-def matmul_peak(threads: int, seconds: float = 3.0) -> float:
-    """Best fp32 GFLOP/s over the GEMM shapes of a BERT layer and a square one."""
-    torch.set_num_threads(threads)
-    best = 0.0
-    for m, k, n in ((2048, 384, 1536), (2048, 1536, 384), (1024, 1024, 1024)):
-        a, b = torch.randn(m, k), torch.randn(k, n)
-        a @ b  # warm-up
-        runs, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds / 3:
-            a @ b
-            runs += 1
-        best = max(best, 2 * m * k * n * runs / (time.perf_counter() - start) / 1e9)
-    return best
 
 
 def useful_flop(args: argparse.Namespace) -> float:
@@ -107,6 +95,8 @@ def suite_way(args: argparse.Namespace, folder: Path, workers: int) -> dict[str,
         str(workers),
         "--threads",
         str(args.threads),
+        "--accelerator",
+        accelerator(args.device),
     ]
     start = time.perf_counter()
     subprocess.run(command, check=True, cwd=ROOT)
@@ -132,7 +122,7 @@ def suite_way(args: argparse.Namespace, folder: Path, workers: int) -> dict[str,
 def baseline_way(args: argparse.Namespace, folder: Path, way: str) -> dict[str, Any]:
     out = folder / f"{way}.json"
     command = [sys.executable, "-m", "benchmarks.baselines", way, "--out", str(out), "--task", args.task]
-    command += ["--size", str(args.size), "--epochs", str(args.epochs)]
+    command += ["--size", str(args.size), "--epochs", str(args.epochs), "--device", args.device]
     command += ["--lr", *map(str, args.lr), "--batch-size", *map(str, args.batch_size)]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()
@@ -213,6 +203,7 @@ def main() -> None:
         " random as they are, or whole-set length buckets",
     )
     parser.add_argument("--workers-check", action="store_true", help="also the suite as 2 workers x 1 thread")
+    parser.add_argument("--device", choices=DEVICES, default="auto", help="every way's (auto: the trials')")
     parser.add_argument("--replicas", action="store_true", help="also benchmarks/replicas.py")
     parser.add_argument(
         "--results-from", help="report the kept results of an earlier run (a raw results folder)"
@@ -220,12 +211,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.size, args.epochs, args.lr = 128, 1, [5e-5]
+    args.device = resolve_device(args.device)
     print(
         f"{' '.join(sys.argv)}\n{args.task}, {args.size} examples, {args.epochs} epochs, "
         f"grid {list(product(args.lr, args.batch_size))}, {args.threads} threads, "
-        f"suite batches: {args.suite_batches}"
+        f"suite batches: {args.suite_batches}, device: {device_name(args.device)}"
     )
-    peak = matmul_peak(args.threads)
+    peak, label = matmul_peak(args.device, args.threads)
     results: dict[str, dict[str, Any]] = {}
     if args.results_from:  # report a finished run again from its kept results
         results = {name: json.loads(path.read_text()) for name, path in saved(Path(args.results_from))}
@@ -240,15 +232,16 @@ def main() -> None:
             )
         for way in (w for w in WAYS if w in args.ways):
             results[WAYS[way]] = save(tmp, WAYS[way], baseline_way(args, tmp, way))
-    peak = max(peak, matmul_peak(args.threads))
+    peak = max(peak, matmul_peak(args.device, args.threads)[0])
     flop = useful_flop(args)
     print(
-        f"fp32 matmul peak {peak:.0f} GFLOP/s (best of the start and the end); useful work "
+        f"{label} {peak:.0f} GFLOP/s (best of the start and the end); useful work "
         f"{flop / 1e12:.2f} TFLOP per trial ({flop / peak / 1e9:.1f} s at peak)"
     )
     report(results, flop, peak)
     if args.replicas:
-        subprocess.run([sys.executable, "-m", "benchmarks.replicas"], check=True, cwd=ROOT)
+        replicas = [sys.executable, "-m", "benchmarks.replicas", "--device", args.device]
+        subprocess.run(replicas, check=True, cwd=ROOT)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,18 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The tests compare numbers made on the CPU, many exactly: `accelerator: auto` resolves to the CPU
+# here and in the suite processes they start, even on a CUDA host (`make test` there). Tests marked
+# `gpu` (`pytest -m gpu`) see the GPU: `_gpu_tests_see_the_gpu`.
+os.environ["SUITE_ACCELERATOR"] = "cpu"
 
 ARCHITECTURES = ["bert", "roberta", "distilbert", "albert", "electra", "deberta-v2", "modernbert"]
+
+
+@pytest.fixture(autouse=True)
+def _gpu_tests_see_the_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("gpu") is not None:
+        monkeypatch.delenv("SUITE_ACCELERATOR", raising=False)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -11,7 +11,10 @@ from tests.conftest import REPO
 
 # code_versions() (TRAINING_CODE_VERSION + HEAD_CODE_VERSIONS) -> digest of TRAINING_MODULES' syntax
 # trees (docstrings and comments aside).
-PINS = {"3+auto2": "c9d1bbc44c03d550"}
+# 3+auto2 re-pinned for the GPU path (issue 22): losses read back in batches on a GPU, pieces cut on
+# the CPU, fp32 output layers, Viterbi on a CPU copy; and for the progress callbacks a trial takes
+# (they watch, never change it). On the CPU every record stays bit-identical.
+PINS = {"3+auto2": "f864383647e6ef74"}
 
 
 def test_the_training_code_matches_its_version_pin() -> None:

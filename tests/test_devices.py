@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,11 +14,48 @@ from suite.model.devices import resolve_trainer, worker_environment
 
 
 def test_cpu_default_is_explicit_fp32() -> None:
-    expected = "gpu" if torch.cuda.is_available() else "cpu"
-    assert resolve_trainer({})["accelerator"] == expected
+    assert resolve_trainer({})["accelerator"] == "cpu"  # the tests' pin, even on a CUDA host
     cpu = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
     assert resolve_trainer({"accelerator": "cpu"}) == cpu
     assert resolve_trainer({"accelerator": "cpu", "precision": "bf16-mixed"})["precision"] == "bf16-mixed"
+
+
+def _cuda(monkeypatch: pytest.MonkeyPatch, major: int) -> None:
+    """A CUDA device of compute capability `major`.0 as torch's own checks see it; bf16 tensors
+    work on it (natively from 8.0, emulated before)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(major=major))
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda device: True)
+    monkeypatch.setattr(torch.version, "hip", None)
+
+
+@pytest.mark.parametrize(("major", "precision"), [(7, "32-true"), (8, "bf16-mixed"), (9, "bf16-mixed")])
+def test_bf16_mixed_is_the_default_only_with_native_bf16(
+    major: int, precision: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch says bf16 is supported on a V100 or T4 too (emulated, slowly): the default there is fp32."""
+    _cuda(monkeypatch, major)
+    assert torch.cuda.is_bf16_supported()
+    assert resolve_trainer({"accelerator": "gpu"}) == {
+        "accelerator": "gpu",
+        "devices": 1,
+        "precision": precision,
+    }
+    asked = resolve_trainer({"accelerator": "gpu", "precision": "bf16-mixed"})
+    assert asked["precision"] == "bf16-mixed"  # asked for: given
+
+
+def test_the_tests_pin_auto_to_the_cpu_on_a_cuda_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/conftest.py sets SUITE_ACCELERATOR=cpu (inherited by the suite processes tests start):
+    exact CPU numbers are not compared with a GPU's. Asked for, the GPU is still given; without the
+    pin (a test marked `gpu`), `auto` is the GPU."""
+    _cuda(monkeypatch, 9)
+    assert os.environ["SUITE_ACCELERATOR"] == "cpu"
+    assert resolve_trainer({})["accelerator"] == "cpu"
+    assert resolve_trainer({"accelerator": "gpu"})["accelerator"] == "gpu"
+    monkeypatch.delenv("SUITE_ACCELERATOR")
+    assert resolve_trainer({}) == {"accelerator": "gpu", "devices": 1, "precision": "bf16-mixed"}
 
 
 @pytest.mark.parametrize(

@@ -88,3 +88,32 @@ def test_crf_loss_is_per_word_and_trains_in_its_own_group(tiny_models) -> None: 
         if in_crf == {True}:
             assert group["weight_decay"] == 0.0
     assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(module.parameters()))
+
+
+@pytest.mark.parametrize("ties", [False, True], ids=["random", "integer-scores"])
+def test_crf_decode_is_pytorch_crfs_viterbi(ties: bool) -> None:
+    """The decode that runs on a CPU copy (one transfer on a GPU, not one sync per word) returns
+    pytorch-crf's own paths: ragged masks, one-word windows, and ties (integer scores) included."""
+    import torch
+    from torchcrf import CRF
+
+    from suite.data.tagging import tag_vocabulary
+    from suite.heads.tagging import ConstrainedCRF
+
+    tags = tag_vocabulary(["PER", "LOC", "ORG"])
+    crf = ConstrainedCRF(tags)
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for p in crf.parameters():
+            p.copy_(torch.randint(-2, 3, p.shape, generator=generator) if ties else torch.randn(p.shape))
+    for _ in range(40):
+        rows, words = (int(torch.randint(1, n, (), generator=generator)) for n in (9, 25))
+        lengths = torch.randint(1, words + 1, (rows,), generator=generator)
+        mask = torch.arange(words) < lengths.unsqueeze(1)
+        emissions = torch.randn(rows, words, len(tags), generator=generator) * 3
+        if ties:
+            emissions = emissions.round()
+        paths = crf.decode(emissions, mask=mask)
+        assert paths == CRF.decode(crf, emissions, mask=mask.to(torch.uint8))
+        assert [len(p) for p in paths] == lengths.tolist()
+    assert crf.decode(emissions) == CRF.decode(crf, emissions)  # no mask: every word

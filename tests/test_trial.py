@@ -144,3 +144,104 @@ def test_f1_average_follows_the_spec_not_the_predictions() -> None:
     macro = classification_scores(["f1"], y, p, num_labels=3)["f1"]
     assert macro == pytest.approx((0.8 + 2 / 3 + 0) / 3)  # macro over the spec's 3 classes, not binary
     assert classification_scores(["f1"], np.array([0, 1]), np.array([0, 0]), 2)["f1"] == 0.0
+
+
+def _reads(monkeypatch) -> list[int]:  # noqa: ANN001
+    """How many steps each read of the losses brings back (spied on `record_steps`)."""
+    from suite.heads.base import EncoderModule
+
+    sizes: list[int] = []
+    record = EncoderModule.record_steps
+
+    def spy(self):  # noqa: ANN001, ANN202
+        if self._unread:
+            sizes.append(len(self._unread))
+        return record(self)
+
+    monkeypatch.setattr(EncoderModule, "record_steps", spy)
+    return sizes
+
+
+def test_losses_read_back_every_few_steps_record_what_every_step_reads(
+    prepared, tiny_models, monkeypatch
+) -> None:  # noqa: ANN001
+    """On a GPU the loss stays on the device and is read every few steps (and before each
+    evaluation): a CUDA read waits for the queue. The record is the same as reading every step."""
+    from suite.heads.base import EncoderModule
+
+    model, plan = str(tiny_models["bert"]), TrialPlan(32, HP, Seeds(1, 2, 3))  # 2 epochs of 4 steps
+    reads = _reads(monkeypatch)
+    every_step = run_trial(prepared, model, plan)
+    assert reads == [1] * 8  # the CPU reads every step, as before
+    reads.clear()
+    monkeypatch.setattr(EncoderModule, "loss_sync_steps", 3)
+    batched = run_trial(prepared, model, plan)
+    assert reads == [3, 1, 3, 1]  # every 3 steps, and what is left before each evaluation
+    for field in ("loss_curve", "tokens", "epochs", "per_example", "score", "outcome"):
+        assert batched[field] == every_step[field], field
+
+
+@pytest.mark.parametrize("every", [3, 8])
+def test_a_divergence_read_late_stops_the_run_as_at_its_own_step(
+    every: int, prepared, tiny_models, monkeypatch
+) -> None:  # noqa: ANN001
+    """A non-finite loss at step 5, read at step 6 (every 3) or before the second evaluation
+    (every 8): the same failed run, reason, loss curve, tokens and evaluations as read at once."""
+    from suite.heads.base import EncoderModule
+
+    loss = ClassificationModule.loss
+
+    def nan_from_step_5(self, batch):  # noqa: ANN001, ANN202
+        value = loss(self, batch)
+        return value * float("nan") if self.global_step >= 5 else value
+
+    monkeypatch.setattr(ClassificationModule, "loss", nan_from_step_5)
+    model, plan = str(tiny_models["bert"]), TrialPlan(32, HP, Seeds(1, 2, 3))
+    at_once = run_trial(prepared, model, plan)
+    monkeypatch.setattr(EncoderModule, "loss_sync_steps", every)
+    late = run_trial(prepared, model, plan)
+    assert late["reason"] == at_once["reason"] == "diverged: non-finite training loss (nan) at step 5"
+    assert len(late["loss_curve"]) == 5 and len(late["epochs"]) == 1 and late["score"] is None
+    for field in ("outcome", "failure", "loss_curve", "tokens", "epochs", "last_score"):
+        assert late[field] == at_once[field], field
+
+
+def test_training_batches_are_cut_on_the_cpu_before_they_move(prepared, tiny_models, monkeypatch) -> None:  # noqa: ANN001
+    """Lightning moves each training batch already cut into its pieces, with their shares and
+    token counts as plain numbers: nothing about them is read back from the device."""
+    from suite.heads.base import PIECES, EncoderModule
+
+    moved: list[dict] = []
+    transfer = EncoderModule.transfer_batch_to_device
+
+    def spy(self, batch, device, dataloader_idx):  # noqa: ANN001, ANN202
+        if self.trainer.training:
+            moved.append(batch)
+        return transfer(self, batch, device, dataloader_idx)
+
+    monkeypatch.setattr(EncoderModule, "transfer_batch_to_device", spy)
+    split = HP.model_copy(update={"split_batches": True})
+    record = run_trial(prepared, str(tiny_models["bert"]), TrialPlan(32, split, Seeds(1, 2, 3)))
+    assert len(moved) == 8 and all(PIECES in b for b in moved)
+    assert all(isinstance(s, float) for b in moved for s in b["shares"])
+    assert record["tokens"]["real"] == sum(b["tokens"][0] for b in moved)
+    assert record["piece_cost"] == 64  # the CPU's: recorded with the trial
+
+
+def test_on_a_device_without_pieces_split_batches_trains_whole_batches(
+    prepared, tiny_models, monkeypatch
+) -> None:  # noqa: ANN001
+    """Where padding is nearly free (a GPU: `piece_cost` None), `split_batches: true` computes each
+    batch whole, and the record says so: the same run as `split_batches: false`."""
+    from suite.data import pieces
+
+    assert pieces.piece_cost("gpu") is None and pieces.piece_cost("cpu") == pieces.PIECE_COST_TOKENS
+    model = str(tiny_models["bert"])
+    whole = run_trial(prepared, model, TrialPlan(32, HP, Seeds(1, 2, 3)))
+    monkeypatch.setitem(pieces.DEVICE_PIECE_COST, "cpu", None)  # the CPU as a GPU decides
+    split = run_trial(
+        prepared, model, TrialPlan(32, HP.model_copy(update={"split_batches": True}), Seeds(1, 2, 3))
+    )
+    assert "piece_cost" not in whole and split["piece_cost"] is None
+    for field in ("loss_curve", "tokens", "epochs"):
+        assert split[field] == whole[field], field

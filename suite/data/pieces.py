@@ -16,6 +16,16 @@ TOKEN_ALIGNED = ("input_ids", "attention_mask", "token_type_ids", "labels")
 # One more forward and backward call costs about as much as this many padded tokens on 2 CPU
 # cores with MiniLM (a few ms of Python and small kernels against ~1.5 ms per token).
 PIECE_COST_TOKENS = 64
+# Per accelerator; None: batches are computed whole. On a GPU a padded token is nearly free
+# (these batches leave it launch-bound), while each extra piece adds a forward and backward
+# call's kernel launches: splitting would only slow a step down.
+DEVICE_PIECE_COST: dict[str, int | None] = {"cpu": PIECE_COST_TOKENS, "gpu": None}
+
+
+def piece_cost(accelerator: str) -> int | None:
+    """The piece cost `split_batches` uses on this accelerator (`resolve_trainer`'s name), None
+    for whole batches; a trial records it (`piece_cost`)."""
+    return DEVICE_PIECE_COST[accelerator]
 
 
 def cut_points(lengths: list[int], piece_cost: int = PIECE_COST_TOKENS) -> list[int]:

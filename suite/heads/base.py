@@ -8,20 +8,47 @@ from typing import Any
 
 import lightning as L
 import torch
+from torch import nn
 from transformers import PreTrainedModel, get_linear_schedule_with_warmup
 
 from suite.config.sweep import HParams
-from suite.data.pieces import split_batch
+from suite.data.pieces import PIECE_COST_TOKENS, split_batch
 from suite.errors import TrialDiverged
 from suite.faults import reach
 from suite.model.encoders import encoder_inputs
 from suite.model.optim import make_optimizer
 from suite.model.stabilisers import lr_multipliers
 
+PIECES = "pieces"  # marks a training batch prepared on the CPU (`step_work`)
+# On a GPU, the loss is read back every this many steps (and before each evaluation, at each
+# epoch's end): each read waits for the device's queue to drain. On the CPU, every step.
+LOSS_SYNC_STEPS = 32
+
+
+class Fp32Linear(nn.Linear):
+    """A head's output layer, computed in fp32 even under bf16 autocast: bf16 logits keep 8 bits
+    of mantissa, so span logits tie in the n-best and STS-B predictions round to ~0.02 (ties in
+    Spearman). The input is cast to fp32 (a no-op in fp32 training: the same numbers there)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            return super().forward(x.float())
+
+
+def fp32_output(layer: nn.Linear) -> Fp32Linear:
+    """`layer` (a head's last linear layer, as a library built it) computing in fp32: the same
+    module, parameters and names; only its forward changes."""
+    if type(layer) is not nn.Linear:
+        raise TypeError(f"expected a torch.nn.Linear output layer, got {type(layer).__name__}")
+    layer.__class__ = Fp32Linear
+    return layer
+
 
 class EncoderModule(L.LightningModule):
     """Subclasses build their head in `__init__` and implement `loss`, `validation_step`
     and `epoch_metrics`."""
+
+    loss_sync_steps: int | None = None  # read the losses back every N steps; None: by device
 
     def __init__(self, encoder: PreTrainedModel, hparams: HParams) -> None:
         super().__init__()
@@ -30,6 +57,10 @@ class EncoderModule(L.LightningModule):
         self.loss_curve: list[float] = []
         self.history: list[dict[str, Any]] = []
         self.tokens = {"real": 0, "padded": 0}
+        # `split_batches`' piece cost on the device it trains on (`pieces.piece_cost`; set by the trial).
+        self.piece_cost: int | None = PIECE_COST_TOKENS
+        # Training steps whose loss is not read back yet: (step, loss on the device, tokens).
+        self._unread: list[tuple[int, torch.Tensor, tuple[int, int]]] = []
         # The latest evaluation's outcome per dev example (set by `epoch_metrics`): for the
         # dev-set sampling error of a run and the agreement of runs across seeds.
         self.per_example: dict[str, list] | None = None
@@ -71,35 +102,91 @@ class EncoderModule(L.LightningModule):
         """What `loss` averages over (here: examples), so pieces of a batch recombine exactly."""
         return torch.tensor(float(batch["input_ids"].shape[0]))
 
-    def batch_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The batch's loss; with `split_batches`, the sum of its length-sorted pieces' losses,
-        each weighted by its share of the batch's denominator (`loss_weight`): the same loss and
-        gradient as the whole padded batch, up to float rounding and the dropout draws."""
+    def step_work(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """What a training step computes, decided from the collated batch on the CPU (before it
+        moves to the device, `on_before_batch_transfer`: on a GPU, reading lengths and weights
+        back would stall its queue): the batch whole, or its length-sorted pieces (`split_batches`,
+        at this device's `piece_cost`) with each piece's share of the batch's denominator
+        (`loss_weight`); and the (real, computed) tokens that run forward."""
+        pieces, shares = self._pieces(batch)
+        real = sum(int(p["attention_mask"].sum()) for p in pieces)
+        computed = sum(p["attention_mask"].numel() for p in pieces)
+        return {PIECES: pieces, "shares": shares, "tokens": (real, computed)}
+
+    def _pieces(self, batch: dict[str, torch.Tensor]) -> tuple[list[dict], list[float | None]]:
         # A batch with nothing to score keeps its own (non-finite) loss: that says what happened.
-        if not self.train_hparams.split_batches or (total := self.loss_weight(batch)) == 0:
-            self.count_tokens(batch)
-            return self.loss(batch)
-        loss = 0.0
-        for piece in split_batch(batch):
+        if not self.train_hparams.split_batches or self.piece_cost is None:
+            return [batch], [None]
+        if (total := self.loss_weight(batch)) == 0:
+            return [batch], [None]
+        pieces, shares = [], []
+        for piece in split_batch(batch, self.piece_cost):
             weight = self.loss_weight(piece)
             if weight > 0:  # a piece with nothing to score (every label ignored) adds nothing
-                self.count_tokens(piece)
-                loss = loss + self.loss(piece) * (weight / total)
+                pieces.append(piece)
+                shares.append(float(weight / total))  # a float: moves with no transfer
+        return pieces, shares
+
+    def work_loss(self, work: dict[str, Any]) -> torch.Tensor:
+        """The step's loss: the whole batch's, or the sum of its pieces' losses, each weighted by
+        its share: the same loss and gradient as the whole padded batch, up to float rounding and
+        the dropout draws."""
+        if work["shares"] == [None]:
+            return self.loss(work[PIECES][0])
+        loss = 0.0
+        for piece, share in zip(work[PIECES], work["shares"], strict=True):
+            loss = loss + self.loss(piece) * share
         return loss
+
+    def batch_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The batch's loss as a training step computes it, its tokens counted: for callers
+        outside the trainer (`suite plan`'s calibration, tests)."""
+        work = self.step_work(batch)
+        self.add_tokens(*work["tokens"])
+        return self.work_loss(work)
 
     def count_tokens(self, batch: dict[str, torch.Tensor]) -> None:
         """Real and computed (real + padded) training tokens of what ran forward."""
-        self.tokens["real"] += int(batch["attention_mask"].sum())
-        self.tokens["padded"] += batch["attention_mask"].numel()
+        self.add_tokens(int(batch["attention_mask"].sum()), batch["attention_mask"].numel())
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+    def add_tokens(self, real: int, padded: int) -> None:
+        self.tokens["real"] += real
+        self.tokens["padded"] += padded
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        # Lightning's hook on the collated batch, still on the CPU: training batches are cut here.
+        return self.step_work(batch) if self.trainer.training else batch
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         reach("train_step")
-        loss = self.batch_loss(batch)
-        value = loss.item()
-        if not math.isfinite(value):
-            raise TrialDiverged(f"non-finite training loss ({value}) at step {self.global_step}")
-        self.loss_curve.append(round(value, 5))
+        work = batch if PIECES in batch else self.step_work(batch)
+        loss = self.work_loss(work)
+        # Read back later, many steps in one transfer: reading a CUDA loss waits for its queue.
+        self._unread.append((self.global_step, loss.detach(), work["tokens"]))
+        every = self.loss_sync_steps or (1 if loss.device.type == "cpu" else LOSS_SYNC_STEPS)
+        if len(self._unread) >= every:
+            self.record_steps()
         return loss
+
+    def record_steps(self) -> None:
+        """The unread steps' losses into the loss curve (one host transfer) and their tokens into
+        the counts, in step order; a non-finite loss stops the run as diverged at its own step,
+        with the curve and counts as they stood then (later steps are dropped)."""
+        unread, self._unread = self._unread, []
+        if not unread:
+            return
+        values = torch.stack([loss.float() for _, loss, _ in unread]).tolist()
+        for (step, _, tokens), value in zip(unread, values, strict=True):
+            self.add_tokens(*tokens)
+            if not math.isfinite(value):
+                raise TrialDiverged(f"non-finite training loss ({value}) at step {step}")
+            self.loss_curve.append(round(value, 5))
+
+    def on_validation_epoch_start(self) -> None:
+        self.record_steps()  # a run that diverged before this evaluation stops before it
+
+    def on_train_epoch_end(self) -> None:
+        self.record_steps()
 
     def on_validation_epoch_end(self) -> None:
         if self.trainer.sanity_checking:

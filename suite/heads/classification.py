@@ -29,7 +29,7 @@ from transformers import initialization as hf_init
 
 from suite.config.sweep import HParams
 from suite.errors import ModelError, SpecError
-from suite.heads.base import EncoderModule
+from suite.heads.base import EncoderModule, Fp32Linear, fp32_output
 from suite.model.encoders import drop_pooler, encoder_inputs
 from suite.model.metrics import classification_scores
 from suite.model.stabilisers import pooler_refusal
@@ -64,6 +64,15 @@ def reference_model(encoder: PreTrainedModel, num_outputs: int) -> PreTrainedMod
     return model
 
 
+def output_layer(model: PreTrainedModel) -> nn.Linear:
+    """The reference head's last linear layer, the one that gives the logits (`classifier`, or
+    its `out_proj`): every family registers it after the head's other layers."""
+    prefix = model.base_model_prefix
+    return [
+        m for name, m in model.named_modules() if isinstance(m, nn.Linear) and not name.startswith(prefix)
+    ][-1]
+
+
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The mean of the states where the mask is 1 (padding never counts)."""
     weights = mask.unsqueeze(-1).to(hidden.dtype)
@@ -88,6 +97,7 @@ class ClassificationModule(EncoderModule):
         outputs = 1 if regression else num_labels
         if classifier == "auto":
             self.reference = reference_model(encoder, outputs)
+            fp32_output(output_layer(self.reference))
             self.head_name = f"auto: {type(self.reference).__name__}"
         else:
             if why := pooler_refusal(encoder, classifier):
@@ -107,7 +117,7 @@ class ClassificationModule(EncoderModule):
         """A linear layer, or (`features: last4`, feature-based) a small MLP over the four
         concatenated layers. BERT's initializer (normal, std 0.02), drawn under the init seed."""
         if self.train_hparams.features != "last4":
-            linear = nn.Linear(self.hidden_size, outputs)
+            linear = Fp32Linear(self.hidden_size, outputs)
             nn.init.normal_(linear.weight, std=0.02)
             nn.init.zeros_(linear.bias)
             return linear
@@ -117,7 +127,7 @@ class ClassificationModule(EncoderModule):
             nn.Linear(self.feature_size, self.hidden_size),
             nn.Tanh(),
             nn.Dropout(self.head_dropout),
-            nn.Linear(self.hidden_size, outputs),
+            Fp32Linear(self.hidden_size, outputs),
         )
         for layer in (head[0], head[3]):
             nn.init.normal_(layer.weight, std=0.02)

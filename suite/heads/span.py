@@ -17,7 +17,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from suite.config.sweep import HParams
-from suite.heads.base import EncoderModule
+from suite.heads.base import EncoderModule, Fp32Linear
 from suite.model.encoders import drop_pooler
 
 Scorer = Callable[[dict[int, np.ndarray], dict[int, np.ndarray]], tuple[dict[str, float], dict[str, list]]]
@@ -27,7 +27,7 @@ class SpanModule(EncoderModule):
     def __init__(self, encoder: PreTrainedModel, hparams: HParams, scorer: Scorer) -> None:
         super().__init__(encoder, hparams)
         drop_pooler(encoder)  # this head reads the per-token states only
-        self.qa_outputs = nn.Linear(self.hidden_size, 2)
+        self.qa_outputs = Fp32Linear(self.hidden_size, 2)
         nn.init.normal_(self.qa_outputs.weight, std=0.02)
         nn.init.zeros_(self.qa_outputs.bias)
         self.scorer = scorer

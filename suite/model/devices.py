@@ -23,11 +23,13 @@ _GPU = ("gpu", "cuda")
 
 def resolve_trainer(options: dict[str, Any], gpus: int | None = None) -> dict[str, Any]:
     """The Lightning options every trial of a study runs with, made explicit (they are part of
-    the study's fingerprint): `auto` or nothing -> CUDA when present, else CPU; precision
-    bf16-mixed on a GPU that supports it (fp32 elsewhere: bf16 autocast is ~20x slower on CPU).
+    the study's fingerprint): `auto` or nothing -> $SUITE_ACCELERATOR if set (the tests pin the
+    CPU with it, tests/conftest.py), else CUDA when present, else CPU; precision
+    bf16-mixed on a GPU with native bf16 (compute capability 8.0+; fp32 on older cards, where torch
+    emulates bf16, and on the CPU, where bf16 autocast is ~20x slower).
     `gpus`: each worker's GPUs on a cluster node (`launch`), resolved without looking at this
     machine, often a login node without any: bf16 is then assumed (Ampere or newer)."""
-    accelerator = str(options.get("accelerator") or "auto").lower()
+    accelerator = str(options.get("accelerator") or os.environ.get("SUITE_ACCELERATOR") or "auto").lower()
     cuda = torch.cuda.is_available() if gpus is None else gpus > 0
     if accelerator == "auto":
         accelerator = "gpu" if cuda else "cpu"
@@ -48,8 +50,8 @@ def resolve_trainer(options: dict[str, Any], gpus: int | None = None) -> dict[st
     if options.get("strategy") not in (None, "auto", "single_device"):
         raise SpecError(f"--strategy {options['strategy']}: a trial runs on one device (use --workers)")
     gpu = accelerator in _GPU
-    bf16 = gpu and (gpus is not None or torch.cuda.is_bf16_supported())
-    default_precision = "bf16-mixed" if bf16 else "32-true"
+    native_bf16 = gpu and (gpus is not None or torch.cuda.is_bf16_supported(including_emulation=False))
+    default_precision = "bf16-mixed" if native_bf16 else "32-true"
     return {
         "accelerator": "gpu" if gpu else "cpu",
         "devices": 1,

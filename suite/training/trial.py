@@ -3,6 +3,7 @@ a record with per-epoch dev metrics, loss curve, wall time, tokens and failure v
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import resource
@@ -20,6 +21,7 @@ import torch
 from suite.config.sweep import HParams
 from suite.config.task import Size
 from suite.data.module import FeatureDataModule
+from suite.data.pieces import piece_cost
 from suite.errors import SuiteError, TrialDiverged
 from suite.heads.registry import PreparedTask
 from suite.model.devices import resolve_trainer
@@ -159,6 +161,8 @@ def _fit(
     )
     record["module"] = module  # partial results survive a crash mid-training
     options = record["trainer"] = resolve_trainer(trainer_options)
+    if plan.hparams.split_batches:  # decided by the device: the record says how batches were computed
+        module.piece_cost = record["piece_cost"] = piece_cost(options["accelerator"])
     clock = StepClock(record)
     callbacks = [clock, PruneOnEpoch(pruning_trial, task.spec.metric.main)] if pruning_trial else [clock]
     callbacks += list(watchers)
@@ -216,6 +220,8 @@ def _finish(task: PreparedTask, record: dict[str, Any], module: Any) -> None:
     history (and `last_score`) but has no score for any statistic."""
     module = record.pop("module", module)
     if module is not None:
+        with contextlib.suppress(Exception):  # steps a crash left unread (a GPU's last few), if readable
+            module.record_steps()
         record.update(epochs=module.history, loss_curve=module.loss_curve, tokens=dict(module.tokens))
         record["per_example"] = module.per_example
     record.setdefault("epochs", [])
