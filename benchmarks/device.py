@@ -31,9 +31,12 @@ def resolve_device(name: str) -> str:
 
     if name not in DEVICES:
         raise ValueError(f"--device: expected one of {', '.join(DEVICES)}, got {name!r}")
-    if name == "auto":
-        return "cuda" if resolve_trainer({})["accelerator"] == "gpu" else "cpu"
-    return name
+    device = ("cuda" if resolve_trainer({})["accelerator"] == "gpu" else "cpu") if name == "auto" else name
+    if device == "cuda" and torch.cuda.device_count() > 1:
+        # Hugging Face's Trainer would spread its baselines over every visible GPU (DataParallel)
+        # while a trial of the suite runs on one: the ratios would compare 1 GPU with several.
+        raise SystemExit("benchmarks on cuda: make one GPU visible, e.g. CUDA_VISIBLE_DEVICES=0")
+    return device
 
 
 def accelerator(device: str) -> str:

@@ -165,6 +165,8 @@ def test_workers_per_gpu_share_the_parents_devices(monkeypatch: pytest.MonkeyPat
     count, why = resolve_workers("auto", gpu, threads=16, per_gpu=2)
     assert count == 4 and why == "--workers auto: 4 (2 GPU(s) x 2 per GPU)"
     assert [worker_environment(i, gpu)["CUDA_VISIBLE_DEVICES"] for i in range(count)] == ["4", "5", "4", "5"]
+    count, why = resolve_workers("auto", gpu, threads=3, per_gpu=2)  # 4 workers would share 3 CPUs
+    assert count == 3 and why.endswith("capped at the 3 usable CPUs)")
     with pytest.raises(SpecError, match="--workers-per-gpu"):
         resolve_workers("auto", gpu, threads=16, per_gpu=0)
 
@@ -209,8 +211,37 @@ def test_available_memory_reads_meminfo_and_the_cgroup_limit(
         (tmp_path / "cg" / name).write_text(text)
     monkeypatch.setattr(devices, "MEMINFO", tmp_path / "meminfo")
     monkeypatch.setattr(devices, "CGROUP", tmp_path / "cg")
+    monkeypatch.setattr(devices, "SELF_CGROUP", tmp_path / "absent")
     mb, why = devices.available_memory_mb()
     assert mb == pytest.approx(expected_mb) and source in why
+
+
+def test_a_slurm_jobs_own_cgroup_limits_memory_and_cpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under cgroup v2 without a namespace the job's limits sit in its own folder, not at the mount:
+    a 16 GB job on a 512 GB node holding 5 GB of which 1 GB is droppable file cache has 12 GB; its
+    4-CPU quota caps 64 CPUs of affinity."""
+    import os
+
+    from suite.model import devices
+
+    job = tmp_path / "cg" / "system.slice" / "slurmstepd.scope" / "job_42"
+    job.mkdir(parents=True)
+    (job / "memory.max").write_text(f"{16 * 2**30}\n")
+    (job / "memory.current").write_text(f"{5 * 2**30}\n")
+    (job / "memory.stat").write_text(f"anon 4\ninactive_file {2**30}\nactive_file 7\n")
+    (job / "cpu.max").write_text("400000 100000\n")
+    (tmp_path / "cg" / "cpu.max").write_text("max 100000\n")
+    (tmp_path / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_42\n")
+    (tmp_path / "meminfo").write_text("MemAvailable: 536870912 kB\n")
+    monkeypatch.setattr(devices, "CGROUP", tmp_path / "cg")
+    monkeypatch.setattr(devices, "SELF_CGROUP", tmp_path / "cgroup")
+    monkeypatch.setattr(devices, "MEMINFO", tmp_path / "meminfo")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    mb, why = devices.available_memory_mb()
+    assert mb == pytest.approx(12 * 1024) and "cgroup" in why
+    assert devices.usable_cpus()[0] == 4
 
 
 @pytest.mark.parametrize(
@@ -240,6 +271,7 @@ def test_usable_cpus_reads_the_affinity_mask_and_the_cgroup_quota(
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     monkeypatch.setattr(devices, "CGROUP", tmp_path)
+    monkeypatch.setattr(devices, "SELF_CGROUP", tmp_path / "absent")  # the mount's top level only
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(affinity)))
     assert devices.usable_cpus() == expected
 

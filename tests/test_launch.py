@@ -151,6 +151,17 @@ def test_slurm_refuses_a_storage_its_nodes_cannot_share(
     assert not (tiny_task.parent.parent / "runs").exists()  # refused before planning anything
 
 
+def test_local_jobs_with_gpus_are_refused_they_would_all_share_gpu_0(
+    tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
+) -> None:
+    """submitit's local executor sets CUDA_VISIBLE_DEVICES=0..G-1 for every job, whatever the
+    parent's list: `run --workers-per-gpu` is the local way."""
+    assert main(_local(tiny_task, tiny_models["bert"], "--gpus-per-worker", "1")) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--workers-per-gpu" in err
+    assert not (tiny_task.parent.parent / "runs").exists()
+
+
 def test_slurm_parameters_reach_submitit_and_the_sbatch_script(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -50,17 +50,12 @@ def test_a_trial_reports_its_epoch_step_of_steps_and_dev_score(prepared, tiny_mo
     assert unwatched["score"] == record["score"]  # watching does not change the run
 
 
-def _ended(key: str, wall: float) -> optuna.trial.FrozenTrial:
-    record = {
-        "key": key,
-        "outcome": "succeeded",
-        "score": 0.7,
-        "n_train": 64,
-        "hparams": {"batch_size": 8},
-        "epochs_run": 2,
-        "wall_time_s": wall,
-    }
-    return create_trial(state=TrialState.COMPLETE, value=0.7, user_attrs={"key": key, "record": record})
+def _ended(key: str, wall: float, steps: int = 16, kind: str = "succeeded") -> optuna.trial.FrozenTrial:
+    record = {"key": key, "outcome": kind, "score": 0.7, "loss_curve": [0.5] * steps, "wall_time_s": wall}
+    state = TrialState.FAIL if kind == "errored" else TrialState.COMPLETE
+    return create_trial(
+        state=state, value=None if kind == "errored" else 0.7, user_attrs={"key": key, "record": record}
+    )
 
 
 def test_time_left_comes_from_the_measured_time_per_step_not_from_completions() -> None:
@@ -77,6 +72,18 @@ def test_time_left_comes_from_the_measured_time_per_step_not_from_completions() 
     assert progress.eta_s == pytest.approx(60.0)
     assert progress.describe().startswith("ETA 1m00s | ep 1/2 step 4/16")
     assert study_progress(optuna.create_study(), planned=6, workers=2).eta_s is None  # nothing timed yet
+
+
+def test_a_pruned_run_counts_the_steps_it_took_and_a_crash_counts_none() -> None:
+    """30 steps in 30 s and a run pruned after 10 steps in 10 s: 1 s a step (not 40 s over 60 planned
+    steps); an errored trial's 5 s say nothing about a step. 2 left of 4: 2 x 20 steps, 1 worker."""
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(_ended("a", 30.0, steps=30))
+    study.add_trial(_ended("b", 10.0, steps=10, kind="pruned"))
+    study.add_trial(_ended("c", 5.0, steps=1, kind="errored"))
+    progress = study_progress(study, planned=5, workers=1)
+    assert progress.ended == 2  # the errored trial runs again: not ended
+    assert progress.eta_s == pytest.approx(3 * 20.0)
 
 
 def test_ctrl_c_says_what_ended_and_a_rerun_resumes_without_rerunning(

@@ -165,8 +165,12 @@ def test_ctrl_c_with_two_workers_puts_running_trials_back_and_a_rerun_resumes(
     _, err = first.communicate(timeout=120)
     assert first.returncode == 130, err[-2000:]
     assert "interrupted:" in err and "planned trials ended" in err and "rerun the same command" in err
-    states = _trial_states(db)
-    assert states["RUNNING"] == 0 and states["WAITING"] >= 1  # put back, not left to a heartbeat
+    assert _trial_states(db)["RUNNING"] == 0  # put back, not left to a heartbeat
+    trials = optuna.load_study(study_name=None, storage=f"sqlite:///{db}").get_trials()
+    failed = [t for t in trials if t.state.name == "FAIL"]
+    put_back = [t.user_attrs["key"] for t in failed if "record" not in t.user_attrs]
+    queued = [t.user_attrs["key"] for t in trials if t.state.name == "WAITING"]
+    assert put_back and set(put_back) <= set(queued)  # each interrupted trial is queued again
 
     rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]

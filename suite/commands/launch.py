@@ -66,6 +66,12 @@ def launch(request: Request, how: Launch) -> int:
     """Plan the study, submit its workers, then wait and write the outputs (exit 0 when every
     planned trial ended as a run) or print how to watch and resume (exit 0)."""
     check_executor(request.storage, how.executor)
+    if how.executor == "local" and request.gpus_per_worker:
+        # submitit's local executor gives every job GPUs 0..G-1, whatever CUDA_VISIBLE_DEVICES says
+        raise SpecError(
+            "--gpus-per-worker with --executor local: every job would get the same GPUs; on one machine use "
+            "`suite run --workers auto --workers-per-gpu K`, which maps workers through CUDA_VISIBLE_DEVICES"
+        )
     cpus = how.cpus_per_worker or _default_cpus(how)
     gpus = request.gpus_per_worker or 0
     parameters = executor_parameters(how, cpus, gpus, Path(str(request.task)).stem)
@@ -124,14 +130,12 @@ def _waits(how: Launch) -> bool:
 def _left_to_run(study: Any, s: Setup, workers: int) -> int:
     """Planned trials not ended as runs (queued, running, or a dead worker's, soon re-queued); a TPE
     study proposes its settings as it goes, so until its budget is spent it keeps every worker."""
-    from suite.study.plan import finished_records, planned_keys
-    from suite.study.records import outcome
+    from suite.study.plan import ended_runs, planned_keys
     from suite.study.work import settings_proposed
 
     if s.sweep.adaptive and settings_proposed(study.get_trials(deepcopy=False)) < (s.sweep.budget or 0):
         return workers
-    ended = {k for k, r in finished_records(study).items() if outcome(r) != "errored"}
-    return len(planned_keys(study) - ended)
+    return len(planned_keys(study) - set(ended_runs(study)))
 
 
 def worker_job(request: Request) -> int:
@@ -265,12 +269,21 @@ def _interrupted(jobs: list[Any], study: Any, s: Setup, executor: str) -> None:
     from suite.study.setup import planned_trials
 
     if executor == "local":
+        # submitit's local controller passes SIGINT on but kills its job a second later, often before
+        # the worker has put its trial back: that trial then returns through its stale heartbeat.
         for job in jobs:
-            job.cancel(check=False)  # SIGINT: the worker re-queues its trial
+            job.cancel(check=False)
         deadline = time.monotonic() + 60
         while not all(j.done() for j in jobs) and time.monotonic() < deadline:
             time.sleep(0.5)
-        print(interrupted_note(study, planned_trials(s.task, s.sweep)), file=sys.stderr)
+        print(
+            interrupted_note(
+                study,
+                planned_trials(s.task, s.sweep),
+                "a running trial may come back only after its heartbeat's grace, 3 x SUITE_HEARTBEAT_S",
+            ),
+            file=sys.stderr,
+        )
     else:
         ids = sorted({str(j.job_id).split("_")[0] for j in jobs})
         print(

@@ -168,15 +168,18 @@ def _planned(s: Setup) -> int:
     return planned_trials(s.task, s.sweep)
 
 
-def interrupted_note(study: Any, planned: int) -> str:
-    """What Ctrl-C leaves: trials ended, trials left, and how to go on."""
-    from suite.study.plan import finished_records
-    from suite.study.records import outcome
+PUT_BACK = "a running trial went back to the queue"
 
-    ended = sum(1 for r in finished_records(study).values() if outcome(r) != "errored")
+
+def interrupted_note(study: Any, planned: int, running: str = PUT_BACK) -> str:
+    """What Ctrl-C leaves: trials ended, trials left, what became of the running ones, how to go on."""
+    from suite.study.plan import ended_runs
+
+    ended = len(ended_runs(study))
+    left = max(0, planned - ended)
     return (
-        f"interrupted: {ended} of {planned} planned trials ended, {max(0, planned - ended)} left (a running "
-        "trial went back to the queue); rerun the same command to resume: ended trials are kept, not rerun"
+        f"interrupted: {ended} of {planned} planned trials ended, {left} left ({running}); "
+        "rerun the same command to resume: ended trials are kept, not rerun"
     )
 
 

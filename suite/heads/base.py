@@ -28,11 +28,14 @@ LOSS_SYNC_STEPS = 32
 class Fp32Linear(nn.Linear):
     """A head's output layer, computed in fp32 even under bf16 autocast: bf16 logits keep 8 bits
     of mantissa, so span logits tie in the n-best and STS-B predictions round to ~0.02 (ties in
-    Spearman). The input is cast to fp32 (a no-op in fp32 training: the same numbers there)."""
+    Spearman). Input and weights are cast to at least fp32 (no-ops in fp32 training: the same
+    numbers there; `bf16-true` weights compute in fp32, `64-true` ones stay fp64)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = torch.promote_types(self.weight.dtype, torch.float32)
+        bias = None if self.bias is None else self.bias.to(dtype)
         with torch.autocast(x.device.type, enabled=False):
-            return super().forward(x.float())
+            return nn.functional.linear(x.to(dtype), self.weight.to(dtype), bias)
 
 
 def fp32_output(layer: nn.Linear) -> Fp32Linear:

@@ -29,7 +29,8 @@ def resolve_trainer(options: dict[str, Any], gpus: int | None = None) -> dict[st
     emulates bf16, and on the CPU, where bf16 autocast is ~20x slower).
     `gpus`: each worker's GPUs on a cluster node (`launch`), resolved without looking at this
     machine, often a login node without any: bf16 is then assumed (Ampere or newer)."""
-    accelerator = str(options.get("accelerator") or os.environ.get("SUITE_ACCELERATOR") or "auto").lower()
+    here = os.environ.get("SUITE_ACCELERATOR") if gpus is None else None  # this machine's, not the cluster's
+    accelerator = str(options.get("accelerator") or here or "auto").lower()
     cuda = torch.cuda.is_available() if gpus is None else gpus > 0
     if accelerator == "auto":
         accelerator = "gpu" if cuda else "cpu"
@@ -59,7 +60,10 @@ def resolve_trainer(options: dict[str, Any], gpus: int | None = None) -> dict[st
     }
 
 
-CGROUP = Path("/sys/fs/cgroup")  # cgroup v2 (cpu.max); v1 keeps cpu/cpu.cfs_quota_us and cfs_period_us
+CGROUP = Path("/sys/fs/cgroup")  # the mount: v2 files at its top level, v1 under one folder per controller
+SELF_CGROUP = Path("/proc/self/cgroup")
+MEMINFO = Path("/proc/meminfo")
+_NO_LIMIT = 2**60  # cgroup v1 writes a huge number for "no limit"
 
 
 def usable_cpus() -> tuple[int, str]:
@@ -74,30 +78,46 @@ def usable_cpus() -> tuple[int, str]:
     )
 
 
+def cgroup_folders(controller: str) -> list[Path]:
+    """This process's cgroup folders for `controller`, innermost first, up to the mount: a Slurm
+    job's or a systemd scope's limit sits in its own folder, not at the mount's top. v2 (one `0::`
+    hierarchy) first, else v1's folder for the controller."""
+    try:
+        lines = [line.split(":", 2) for line in SELF_CGROUP.read_text().splitlines()]
+    except OSError:
+        lines = []
+    v2 = next((p for h, _, p in lines if h == "0"), "/")
+    v1 = next((p for _, names, p in lines if controller in names.split(",")), "/")
+    found = []
+    for path, root in ((v2, CGROUP), (v1, CGROUP / controller)):
+        here = root / path.strip("/")
+        found += [here, *[p for p in here.parents if p == root or root in p.parents]]
+    return found
+
+
 def cgroup_quota() -> float | None:
-    """CPUs the cgroup quota allows (quota / period), None when unlimited or unknown."""
-    for quota_file, period_file in (
-        (CGROUP / "cpu.max", None),
-        (CGROUP / "cpu/cpu.cfs_quota_us", CGROUP / "cpu/cpu.cfs_period_us"),
-    ):
+    """CPUs the cgroup quota allows (quota / period), the tightest over this process's cgroups;
+    None when unlimited or unknown."""
+    quotas = []
+    for folder in cgroup_folders("cpu"):
         try:
-            fields = quota_file.read_text().split()
-            period = fields[1] if period_file is None else period_file.read_text().strip()
-        except (OSError, IndexError):
+            if (folder / "cpu.max").exists():
+                quota, period = (folder / "cpu.max").read_text().split()[:2]
+            else:
+                quota = (folder / "cpu.cfs_quota_us").read_text().strip()
+                period = (folder / "cpu.cfs_period_us").read_text().strip()
+        except (OSError, ValueError):
             continue
-        if fields[0] in ("max", "-1"):
-            return None
-        return int(fields[0]) / int(period)
-    return None
-
-
-MEMINFO = Path("/proc/meminfo")
+        if quota not in ("max", "-1"):
+            quotas.append(int(quota) / int(period))
+    return min(quotas, default=None)
 
 
 def available_memory_mb() -> tuple[float | None, str]:
     """Memory a new worker may take, in MB, and where the figure comes from: the kernel's
-    MemAvailable, capped by the cgroup memory limit less the cgroup's usage (a container's
-    `--memory`, a Slurm job's allocation). None when neither can be read."""
+    MemAvailable, capped by each of this process's cgroup memory limits less what the cgroup holds
+    (a container's `--memory`, a Slurm job's `--mem`; page cache it may drop does not count).
+    None when nothing can be read."""
     figures = []
     try:
         for line in MEMINFO.read_text().splitlines():
@@ -105,21 +125,36 @@ def available_memory_mb() -> tuple[float | None, str]:
                 figures.append((int(line.split()[1]) / 1024, "MemAvailable"))
     except (OSError, ValueError, IndexError):
         pass
-    for limit_file, usage_file in (
-        (CGROUP / "memory.max", CGROUP / "memory.current"),
-        (CGROUP / "memory/memory.limit_in_bytes", CGROUP / "memory/memory.usage_in_bytes"),
-    ):
-        try:
-            limit, usage = limit_file.read_text().strip(), int(usage_file.read_text())
-        except (OSError, ValueError):
-            continue
-        if limit != "max" and int(limit) < 2**60:  # v1 writes a huge number for "no limit"
-            figures.append((max(0, int(limit) - usage) / 2**20, "the cgroup memory limit"))
-        break
+    for folder in cgroup_folders("memory"):
+        if (free := _cgroup_free(folder)) is not None:
+            figures.append((free / 2**20, "the cgroup memory limit"))
     if not figures:
         return None, "memory unknown"
     mb, source = min(figures)
     return mb, f"{mb / 1024:.1f} GB available ({source})"
+
+
+def _cgroup_free(folder: Path) -> int | None:
+    """Bytes a cgroup's limit leaves (limit - usage + inactive file cache); None without a limit."""
+    for limit_name, usage_name, cache_key in (
+        ("memory.max", "memory.current", "inactive_file"),
+        ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+    ):
+        try:
+            limit, usage = (folder / limit_name).read_text().strip(), int((folder / usage_name).read_text())
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or int(limit) >= _NO_LIMIT:
+            return None
+        return max(0, int(limit) - usage + _stat(folder / "memory.stat", cache_key))
+    return None
+
+
+def _stat(path: Path, key: str) -> int:
+    try:
+        return next((int(v) for k, v in (line.split() for line in path.open()) if k == key), 0)
+    except (OSError, ValueError):
+        return 0
 
 
 @dataclass(frozen=True)
@@ -166,6 +201,8 @@ def resolve_workers(
     if gpu:
         devices = max(1, len(visible_devices()))
         count, why = devices * per_gpu, f"{devices} GPU(s)" + (f" x {per_gpu} per GPU" if per_gpu > 1 else "")
+        if threads < count:  # each worker feeds its GPU from a CPU of its own
+            count, why = max(1, threads), f"{why}, capped at the {threads} usable CPUs"
     else:
         count, why = max(1, threads), f"{threads} threads"
     if capacity.trials is not None and capacity.trials < count:

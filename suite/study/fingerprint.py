@@ -31,6 +31,8 @@ def code_versions() -> str:
 # The modules whose code decides a trial's numbers: tests/test_code_pin.py pins a digest of them per
 # TRAINING_CODE_VERSION, so editing them fails until the version is bumped (or the pin consciously
 # updated for a change that provably keeps every number).
+GPU_CODE_VERSION = 2  # 2: issue 22's GPU path (see study_fingerprint)
+
 TRAINING_MODULES = (
     "config/sweep.py",  # hyperparameter defaults, epochs and evaluation steps, the seed streams
     "data/buckets.py",
@@ -137,6 +139,9 @@ def study_fingerprint(
         "data": data,
         "threads": threads,
         "trainer": trainer,
+        # The GPU path's own version: CPU records stayed bit-identical when it changed (fp32 output
+        # layers, whole batches, deferred loss reads), so CPU studies still resume; GPU ones do not.
+        **({"gpu_code": GPU_CODE_VERSION} if trainer.get("accelerator") == "gpu" else {}),
         **({"stack": stack} if stack else {}),
     }
     return _flatten(json.loads(json.dumps(tree, default=str)))

@@ -118,6 +118,12 @@ def finished_records(study: optuna.Study) -> dict[str, dict[str, Any]]:
     return {r["key"]: r for r in final_records(study_records(study))}
 
 
+def ended_runs(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    """The planned trials that ended as runs (or pruned), which no rerun runs again; an errored
+    trial is not among them (a rerun retries it)."""
+    return {k: r for k, r in finished_records(study).items() if outcome(r) != "errored"}
+
+
 def planned_keys(study: optuna.Study) -> set[str]:
     return {t.user_attrs["key"] for t in study.get_trials(deepcopy=False) if "key" in t.user_attrs}
 

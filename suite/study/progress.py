@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,8 @@ import lightning as L
 import optuna
 from optuna.trial import TrialState
 
-from suite.study.plan import PROGRESS_ATTR, finished_records
+from suite.study.plan import PROGRESS_ATTR, ended_runs
+from suite.study.records import outcome
 
 PROGRESS_ENV = "SUITE_PROGRESS_S"  # seconds between a trial's progress writes (default 5)
 
@@ -47,6 +49,12 @@ class TrialProgress(L.Callback):
         self._send(trainer)
 
     def _send(self, trainer: L.Trainer) -> None:
+        try:
+            self._write(trainer)
+        except Exception as err:  # noqa: BLE001  a storage hiccup must not fail a healthy run
+            warnings.warn(f"trial progress not written: {err}", stacklevel=2)
+
+    def _write(self, trainer: L.Trainer) -> None:
         self.last = time.monotonic()
         steps = trainer.estimated_stepping_batches
         self.trial.set_user_attr(
@@ -91,7 +99,7 @@ def study_progress(study: optuna.Study, planned: int, workers: int) -> StudyProg
     seconds per step (ended trials' wall time, evaluation included, and running trials' so far),
     shared over the workers."""
     trials = study.get_trials(deepcopy=False)
-    ended = finished_records(study)
+    ended = ended_runs(study)
     running = [t.user_attrs[PROGRESS_ATTR] for t in trials if _running_with_progress(t)]
     done = [(n, r["wall_time_s"]) for r in ended.values() if (n := _steps(r)) and r.get("wall_time_s")]
     timed = done + [(p["step"], p["elapsed_s"]) for p in running if p["step"]]
@@ -113,10 +121,11 @@ def _running_with_progress(trial: optuna.trial.FrozenTrial) -> bool:
 
 
 def _steps(record: dict[str, Any]) -> int | None:
-    """Training steps a trial took: its epochs times its batches per epoch."""
-    n, batch = record.get("n_train"), record.get("hparams", {}).get("batch_size")
-    epochs = record.get("epochs_run")
-    return math.ceil(n / batch) * epochs if n and batch and epochs else None
+    """Training steps a run took (its loss curve has one entry per step: a pruned or diverged
+    run's is short); None for an errored trial, whose time says nothing about a step's."""
+    if outcome(record) == "errored":
+        return None
+    return len(record.get("loss_curve") or []) or None
 
 
 def _duration(seconds: float) -> str:

@@ -109,10 +109,11 @@ def setup_study(request: Request) -> Setup:
     total, cpus = (request.threads, "--threads") if request.threads else usable_cpus()
     folder, url, name = study_address(request, task, sweep)
     # `launch` sizes its jobs itself: this machine's memory says nothing about the cluster's nodes
-    capacity = _capacity(task, sweep, url, name) if request.gpus_per_worker is None else None
+    local = request.gpus_per_worker is None and str(request.workers) != "1"
+    capacity = _capacity(task, sweep, url, name) if local else None
     workers, why = resolve_workers(request.workers, trainer, total, capacity, request.workers_per_gpu)
     threads = max(1, total // workers)
-    if (str(request.workers) == "auto" or "warning" in why) and not request.quiet:
+    if (str(request.workers) == "auto" and not request.quiet) or "warning" in why:
         print(f"{why}; {threads} thread(s) each of {total} ({cpus})", file=sys.stderr)
     prepared, fingerprint, stack = _checked(
         request, task, sweep, model, threads, trainer, task_path, sweep_path
@@ -137,16 +138,14 @@ def setup_study(request: Request) -> Setup:
 def _capacity(task: TaskSpec, sweep: SweepSpec, url: str, name: str) -> Capacity:
     """The trials still to run and the memory a worker needs, from the stored study if there is
     one (its ended runs; the largest peak RSS its workers recorded), against the memory free now."""
-    from suite.study.plan import finished_records
-    from suite.study.records import outcome
+    from suite.study.plan import ended_runs, finished_records
     from suite.study.storage import stored_study
 
     planned, ended, peak = planned_trials(task, sweep), 0, None
     study = stored_study(url, name)
     if study is not None:
-        records = list(finished_records(study).values())
-        ended = sum(1 for r in records if outcome(r) != "errored")  # errored ones run again
-        peaks = [r["peak_rss_mb"] for r in records if r.get("peak_rss_mb")]
+        ended = len(ended_runs(study))  # errored ones run again
+        peaks = [r["peak_rss_mb"] for r in finished_records(study).values() if r.get("peak_rss_mb")]
         peak = max(peaks) if peaks else None
     memory, memory_why = available_memory_mb()
     return Capacity(max(0, planned - ended), ended, memory, memory_why, peak)
