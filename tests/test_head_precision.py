@@ -108,3 +108,18 @@ def test_in_fp32_the_output_layer_computes_what_a_linear_layer_does() -> None:
     assert layer is plain and torch.equal(layer(x), expected)
     with pytest.raises(TypeError, match="Linear"):
         fp32_output(nn.Sequential(nn.Linear(2, 2)))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("weights", "out"), [(torch.bfloat16, torch.float32), (torch.float64, torch.float64)]
+)
+def test_under_true_precision_the_output_layer_computes_in_at_least_fp32(weights, out) -> None:  # noqa: ANN001
+    """`--precision bf16-true` / `64-true` cast the weights themselves: the layer must not fail on
+    mixed dtypes, computes in fp32 from bf16 weights and keeps fp64 ones."""
+    torch.manual_seed(0)
+    layer = fp32_output(nn.Linear(8, 3)).to(weights)
+    x = torch.randn(5, 8, dtype=weights)
+    y = layer(x)
+    assert y.dtype == out
+    expected = nn.functional.linear(x.to(out), layer.weight.to(out), layer.bias.to(out))
+    assert torch.equal(y, expected)
