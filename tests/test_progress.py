@@ -4,6 +4,11 @@ measured time per step; Ctrl-C says what ended and what is left, and a rerun res
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -86,14 +91,22 @@ def test_a_pruned_run_counts_the_steps_it_took_and_a_crash_counts_none() -> None
     assert progress.eta_s == pytest.approx(3 * 20.0)
 
 
+def _sigterm() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's stop, or `timeout`
+    time.sleep(5)  # the handler raises before this ends
+
+
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
 def test_ctrl_c_says_what_ended_and_a_rerun_resumes_without_rerunning(
+    stop: str,
     tiny_task: Path,
-    tiny_models,
+    tiny_models,  # noqa: ANN001
     monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture,  # noqa: ANN001
+    capsys: pytest.CaptureFixture,
 ) -> None:
-    """Ctrl-C inside the second trial: exit 130, '1 of 3 ended, 2 left', the running trial goes back to
-    the queue; the rerun runs the two left, each planned trial once, and keeps the first."""
+    """Ctrl-C (or SIGTERM) inside the second trial: exit 130, '1 of 3 ended, 2 left', the running
+    trial goes back to the queue; the rerun runs the two left, each planned trial once, and keeps
+    the first."""
     from suite.study import work
     from tests.conftest import run_tiny
 
@@ -102,17 +115,66 @@ def test_ctrl_c_says_what_ended_and_a_rerun_resumes_without_rerunning(
     def interrupted_second(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         calls.append(1)
         if len(calls) == 2:
+            if stop == "sigterm":
+                _sigterm()
             raise SystemExit(1)  # what Lightning turns Ctrl-C into
         return real(*args, **kwargs)
 
     monkeypatch.setattr(work, "run_trial", interrupted_second)
     folder = run_tiny(tiny_task, tiny_models["bert"], expect=130)
     assert "interrupted: 1 of 3 planned trials ended, 2 left" in capsys.readouterr().err
+    url = f"sqlite:///{folder / 'study.db'}"
+
+    def numbers(state: str) -> list[int]:
+        return [
+            t.number
+            for t in optuna.load_study(study_name=None, storage=url).get_trials()
+            if t.state.name == state
+        ]
+
+    first = numbers("COMPLETE")
     monkeypatch.setattr(work, "run_trial", real)
     folder = run_tiny(tiny_task, tiny_models["bert"])
     records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
     assert len(records) == 3 and max(Counter(r["key"] for r in records).values()) == 1
-    study = optuna.load_study(study_name=None, storage=f"sqlite:///{folder / 'study.db'}")
-    failed = [t for t in study.get_trials() if t.state == TrialState.FAIL]
+    failed = [
+        t for t in optuna.load_study(study_name=None, storage=url).get_trials() if t.state == TrialState.FAIL
+    ]
     assert len(failed) == 1 and "record" not in failed[0].user_attrs  # put back, never read as a run
-    assert records[0]["trial_number"] == 0  # the first trial's run was kept, not rerun
+    assert len(first) == 1 and first[0] in {r["trial_number"] for r in records}  # kept, not rerun
+
+
+GRANDCHILD = """
+import sys, time
+try:  # armed before its parent dies (the kernel signals it) or after (it signals itself)
+    from suite.commands.run import stop_with_parent
+    stop_with_parent()
+    time.sleep(120)
+except KeyboardInterrupt:
+    open(sys.argv[1], "w").write("stopped")
+"""
+
+MIDDLE = """
+import os, subprocess, sys, time
+env = {**os.environ, "SUITE_PARENT_PID": str(os.getpid())}
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], env=env, start_new_session=True)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_worker_stops_when_the_run_that_started_it_dies_even_by_sigkill(tmp_path: Path) -> None:
+    """Workers run in their own session (Ctrl-C reaches `run` only), so nothing else would stop them
+    when `run` is killed outright: the kernel sends them SIGINT (they put their trial back)."""
+    flag = tmp_path / "stopped"
+    middle = subprocess.Popen(
+        [sys.executable, "-c", MIDDLE, GRANDCHILD, str(flag)], stdout=subprocess.PIPE, text=True
+    )
+    int(middle.stdout.readline())  # the worker started
+    time.sleep(8)  # it imported suite and armed itself, most likely
+    middle.kill()
+    middle.wait()
+    deadline = time.time() + 30
+    while not flag.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert flag.exists() and flag.read_text() == "stopped"

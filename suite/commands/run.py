@@ -8,7 +8,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +41,12 @@ def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
     s, study = plan_study(request)
     assert s.folder is not None  # a planned study always has a run folder
     try:
-        if s.workers == 1:
-            torch.set_num_threads(s.threads)
-            run_worker(study, s, progress=not request.quiet)
-        else:
-            spawn_workers(s, study, progress=not request.quiet)
+        with _stops_as_interrupts():
+            if s.workers == 1:
+                torch.set_num_threads(s.threads)
+                run_worker(study, s, progress=not request.quiet)
+            else:
+                spawn_workers(s, study, progress=not request.quiet)
     except KeyboardInterrupt:
         print(interrupted_note(study, _planned(s)), file=sys.stderr)
         raise
@@ -102,13 +106,11 @@ def spawn_workers(s: Setup, study: Any, progress: bool = True) -> None:
         command += [f"--{option}", str(value)]
     if s.request.allow_stack_change:
         command += ["--allow-stack-change"]
-    workers = [
-        subprocess.Popen(
-            command, env={**os.environ, **worker_environment(i, s.trainer)}, start_new_session=True
-        )
-        for i in range(s.workers)
-    ]
+    workers: list[subprocess.Popen] = []
     try:
+        for i in range(s.workers):
+            env = {**os.environ, **worker_environment(i, s.trainer), PARENT_ENV: str(os.getpid())}
+            workers.append(subprocess.Popen(command, env=env, start_new_session=True))
         codes = _wait(workers, study if progress else None, s)
     except KeyboardInterrupt:
         _stop(workers)
@@ -117,6 +119,42 @@ def spawn_workers(s: Setup, study: Any, progress: bool = True) -> None:
         print(
             f"study {s.name}: {len(bad)} of {len(codes)} workers exited early (codes {bad})", file=sys.stderr
         )
+
+
+PARENT_ENV = "SUITE_PARENT_PID"  # a worker `run` started: it stops (SIGINT) when `run` dies
+
+
+@contextmanager
+def _stops_as_interrupts() -> Iterator[None]:
+    """SIGTERM (a scheduler, `timeout`, CI) and SIGHUP (the terminal closed) stop the study like
+    Ctrl-C: the workers run in their own session, so only `run` hears them and must pass them on."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def stop_with_parent() -> None:
+    """In a worker that `run` started: get SIGINT when `run` dies, however it dies (SIGKILL too),
+    so no worker trains on without it (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(parent):  # it died before the line above: nothing would signal us
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _stop(workers: list[subprocess.Popen], grace_s: float = 60.0) -> None:
@@ -243,6 +281,7 @@ def worker(request: Request) -> int:
     info = study.user_attrs.get("run_info")
     if not info:
         raise SuiteError(f"study {request.study!r}: has no run info (start it with `suite run`)")
+    stop_with_parent()
     s = join_study(request, info)
     torch.set_num_threads(s.threads)
     _join_checked(study, s)

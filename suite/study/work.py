@@ -80,18 +80,20 @@ def work(
                 time.sleep(min(heartbeat, 5))
                 continue
             return ran
-        with get_heartbeat_thread(trial._trial_id, study._storage):
-            try:
-                record = _run_one(trial, task, model, sweep, stamp, trainer, progress)
-            except SuiteError as err:  # a user error inside a trial stops the study, not a run
-                attrs = retry_attrs(trial, trial.user_attrs.get("attempt", 1))
-                trial.set_user_attr("record", {**attrs, "outcome": "errored", "reason": str(err)})
-                study.tell(trial, state=TrialState.FAIL)
-                raise
-            except (KeyboardInterrupt, SystemExit) as err:  # Lightning turns Ctrl-C into SystemExit(1)
+        try:  # from the pop until the study is told: Ctrl-C anywhere in between puts the trial back
+            with get_heartbeat_thread(trial._trial_id, study._storage):
+                try:
+                    record = _run_one(trial, task, model, sweep, stamp, trainer, progress)
+                except SuiteError as err:  # a user error inside a trial stops the study, not a run
+                    attrs = retry_attrs(trial, trial.user_attrs.get("attempt", 1))
+                    trial.set_user_attr("record", {**attrs, "outcome": "errored", "reason": str(err)})
+                    study.tell(trial, state=TrialState.FAIL)
+                    raise
+            _tell(study, trial, record, task.baseline[task.spec.metric.main])
+        except (KeyboardInterrupt, SystemExit) as err:  # Lightning turns Ctrl-C into SystemExit(1)
+            if not study._storage.get_trial(trial._trial_id).state.is_finished():
                 _put_back(study, trial)
-                raise Interrupted(ran) from err
-        _tell(study, trial, record, task.baseline[task.spec.metric.main])
+            raise Interrupted(ran) from err
         if outcome(record) == "errored" and record["attempt"] < MAX_ATTEMPTS:
             attrs = retry_attrs(trial, record["attempt"] + 1)
             study.enqueue_trial(attrs["setting"], user_attrs=attrs, skip_if_exists=False)
