@@ -78,27 +78,20 @@ def test_two_workers_on_postgresql(tiny_task: Path, tiny_models) -> None:  # noq
     assert json.loads((folder / "run.json").read_text())["storage"].startswith("postgresql://suite:***@")
 
 
+def _rte_smoke(out: Path, data: Path, *extra: str) -> list[str]:
+    """`suite run` of the devlin smoke sweep on RTE (8 trials of MiniLM) as a command line."""
+    return [
+        sys.executable, "-m", "suite", "run", str(REPO / "tasks/rte.yaml"),
+        "--sweep", str(REPO / "sweeps/devlin.yaml"), "--profile", "smoke",
+        "--out", str(out), "--data-dir", str(data), "--quiet", "--offline", *extra,
+    ]  # fmt: skip
+
+
 def test_sigkill_mid_trial_then_rerun_runs_every_planned_trial_once(
     tmp_path: Path, shared_data: Path
 ) -> None:
     """The acceptance check: devlin smoke on RTE, killed with SIGKILL inside a trial."""
-    command = [
-        sys.executable,
-        "-m",
-        "suite",
-        "run",
-        str(REPO / "tasks/rte.yaml"),
-        "--sweep",
-        str(REPO / "sweeps/devlin.yaml"),
-        "--profile",
-        "smoke",
-        "--out",
-        str(tmp_path),
-        "--data-dir",
-        str(shared_data),
-        "--quiet",
-        "--offline",
-    ]
+    command = _rte_smoke(tmp_path, shared_data)
     env = {**os.environ, "SUITE_HEARTBEAT_S": "1"}
     db = tmp_path / "rte" / "minilm-l6" / "study.db"
     first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -134,25 +127,7 @@ def test_ctrl_c_with_two_workers_puts_running_trials_back_and_a_rerun_resumes(
     """Ctrl-C reaches `run` (its workers run in their own session): it passes SIGINT on, each worker
     puts its running trial back in the queue, `run` says what ended and exits 130; the rerun runs
     each planned trial once, without waiting for a heartbeat to go stale."""
-    command = [
-        sys.executable,
-        "-m",
-        "suite",
-        "run",
-        str(REPO / "tasks/rte.yaml"),
-        "--sweep",
-        str(REPO / "sweeps/devlin.yaml"),
-        "--profile",
-        "smoke",
-        "--workers",
-        "2",
-        "--out",
-        str(tmp_path),
-        "--data-dir",
-        str(shared_data),
-        "--quiet",
-        "--offline",
-    ]
+    command = _rte_smoke(tmp_path, shared_data, "--workers", "2")
     db = tmp_path / "rte" / "minilm-l6" / "study.db"
     first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
