@@ -20,7 +20,9 @@ from suite.config.sweep import HParams
 from suite.config.task import load_task
 from suite.heads.registry import PreparedTask, prepare_task
 from suite.model.encoders import load_tokenizer
-from suite.study.progress import PROGRESS_ATTR, TrialProgress, study_progress
+from suite.study.plan import PROGRESS_ATTR
+from suite.study.progress import study_progress
+from suite.study.trial_progress import TrialProgress
 from suite.training.trial import Seeds, TrialPlan, run_trial
 
 

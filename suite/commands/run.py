@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -15,14 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from suite.config.request import Request
 from suite.config.task import TaskSpec
 from suite.errors import SuiteError
-from suite.model.devices import worker_environment
-from suite.outputs.leaderboard import write_leaderboard
-from suite.stats.summary import summarize
 from suite.study.setup import Setup, join_study
 from suite.study.storage import public_url
 
@@ -35,23 +31,55 @@ def run(request: Request) -> int:
 
 
 def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
-    """`run`, also giving its setup and the final records it wrote (what `--until-*` reads)."""
-    from suite.study.planning import plan_study
+    """`run`, also giving its setup and the final records it wrote (what `--until-*` reads).
+    With several workers, the planning runs in a child process: this one, which only waits for
+    the workers, then never holds torch, the data or the pre-flight's model (benchmarks/memory.py)."""
+    s, study, environments = _planned_in_child(request) if str(request.workers) != "1" else (None, None, None)
+    if study is None:  # one worker, in this process
+        from suite.study.planning import plan_study
 
-    s, study = plan_study(request)
+        s, study = plan_study(request if s is None else s.request)
     assert s.folder is not None  # a planned study always has a run folder
     try:
         with _stops_as_interrupts():
             if s.workers == 1:
+                import torch
+
                 torch.set_num_threads(s.threads)
                 run_worker(study, s, progress=not request.quiet)
             else:
-                spawn_workers(s, study, progress=not request.quiet)
+                spawn_workers(s, study, progress=not request.quiet, environments=environments)
     except KeyboardInterrupt:
         print(interrupted_note(study, _planned(s)), file=sys.stderr)
         raise
     records = write_outputs(study, s.folder, s.task)
     return exit_status(study), s, records
+
+
+def _planned_in_child(request: Request) -> tuple[Setup, Any, list[dict[str, str]] | None]:
+    """`plan_study` in a child process: the setup without its prepared task, the study, and each
+    worker's environment; (setup, None, None) when it found that one worker is enough (`--workers
+    auto` on one CPU or GPU, or one trial left): its request then asks for that one."""
+    import optuna
+
+    from suite.study.offload import in_child
+    from suite.study.storage import open_storage
+
+    s, environments = in_child(_plan_for_workers, request)
+    if s.workers == 1:
+        return dataclasses.replace(s, request=dataclasses.replace(request, workers="1")), None, None
+    if request.offline:  # the workers inherit it, as from a process that planned itself
+        os.environ["HF_HUB_OFFLINE"] = "1"
+    return s, optuna.load_study(study_name=s.name, storage=open_storage(s.url)), environments
+
+
+def _plan_for_workers(request: Request) -> tuple[Setup, list[dict[str, str]]]:
+    """The child's side of `_planned_in_child`."""
+    from suite.model.devices import worker_environment
+    from suite.study.planning import plan_study
+
+    s, _ = plan_study(request)
+    return dataclasses.replace(s, prepared=None), [worker_environment(i, s.trainer) for i in range(s.workers)]
 
 
 def exit_status(study: Any) -> int:
@@ -80,7 +108,9 @@ def exit_status(study: Any) -> int:
     return 0
 
 
-def spawn_workers(s: Setup, study: Any, progress: bool = True) -> None:
+def spawn_workers(
+    s: Setup, study: Any, progress: bool = True, environments: list[dict[str, str]] | None = None
+) -> None:
     """N local worker processes on the shared storage, each with its share of the CPU threads
     (or, on GPUs, its own device).
     A worker that dies leaves its trial to the others (its heartbeat stops); the study's state,
@@ -106,10 +136,14 @@ def spawn_workers(s: Setup, study: Any, progress: bool = True) -> None:
         command += [f"--{option}", str(value)]
     if s.request.allow_stack_change:
         command += ["--allow-stack-change"]
+    if environments is None:
+        from suite.model.devices import worker_environment
+
+        environments = [worker_environment(i, s.trainer) for i in range(s.workers)]
     workers: list[subprocess.Popen] = []
     try:
-        for i in range(s.workers):
-            env = {**os.environ, **worker_environment(i, s.trainer), PARENT_ENV: str(os.getpid())}
+        for own in environments:
+            env = {**os.environ, **own, PARENT_ENV: str(os.getpid())}
             workers.append(subprocess.Popen(command, env=env, start_new_session=True))
         codes = _wait(workers, study if progress else None, s)
     except KeyboardInterrupt:
@@ -283,6 +317,8 @@ def worker(request: Request) -> int:
         raise SuiteError(f"study {request.study!r}: has no run info (start it with `suite run`)")
     stop_with_parent()
     s = join_study(request, info)
+    import torch
+
     torch.set_num_threads(s.threads)
     _join_checked(study, s)
     try:
@@ -319,6 +355,7 @@ def _join_checked(study: Any, s: Setup) -> None:
 def write_outputs(study: Any, folder: Path, task: TaskSpec) -> list[dict[str, Any]]:
     """The run folder's files, of this study only: run.json, trials.jsonl (every ended trial,
     every attempt), leaderboard.json and the printed summary."""
+    from suite.outputs.leaderboard import write_leaderboard
     from suite.study.plan import finished_records, study_records
     from suite.study.storage import write_atomic, write_jsonl
 
@@ -365,6 +402,7 @@ def export(run: Path, storage: str | None, study: str | None, every: bool, outpu
 def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) -> str:
     """One row per (size, full setting): runs, median, IQR, min, max, failed runs; then the
     trials that are not runs (errored, pruned) and why."""
+    from suite.stats.summary import summarize
     from suite.study.records import outcome, setting_key, setting_labels
 
     split = "dev" if task.eval_split == "validation" else task.eval_split

@@ -12,7 +12,7 @@ seed replicate and queues the others.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState
@@ -22,11 +22,15 @@ from suite.config.task import TaskSpec
 from suite.errors import SuiteError
 from suite.study.records import final_records, outcome
 from suite.study.storage import open_storage
-from suite.training.trial import Seeds, TrialPlan
+
+if TYPE_CHECKING:  # the trial module imports torch and Lightning: `run`'s waiting process needs neither
+    from suite.training.trial import TrialPlan
 
 
 def replicate_plans(task: TaskSpec, sweep: SweepSpec, values: dict[str, Any]) -> list[TrialPlan]:
     """One setting at every size on the sweep's seed grid."""
+    from suite.training.trial import Seeds, TrialPlan
+
     hparams = sweep.hparams_for(values)
     return [TrialPlan(size, hparams, Seeds(*s)) for size in task.sizes for s in seed_grid(sweep.seeds)]
 

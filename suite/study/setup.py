@@ -8,7 +8,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from suite.config.overrides import parse_sets
 from suite.config.request import Request
@@ -17,13 +17,9 @@ from suite.config.sweep import SweepSpec, load_sweep
 from suite.config.task import TaskSpec, load_task
 from suite.data.paths import data_dir
 from suite.errors import SpecError
-from suite.model.devices import (
-    Capacity,
-    available_memory_mb,
-    resolve_trainer,
-    resolve_workers,
-    usable_cpus,
-)
+
+if TYPE_CHECKING:  # suite.model.devices imports torch: `run`'s waiting process imports this module
+    from suite.model.devices import Capacity
 
 
 def load_specs(request: Request) -> tuple[Path, TaskSpec, Path, SweepSpec]:
@@ -103,6 +99,8 @@ class Setup:
 def setup_study(request: Request) -> Setup:
     """`run` and `plan`: specs from files, then model, data and pre-flight of every planned trial;
     the study's fingerprint, folder, storage URL and name. Reads only (and fills the feature cache)."""
+    from suite.model.devices import resolve_trainer, resolve_workers, usable_cpus  # imports torch
+
     task_path, task, sweep_path, sweep = load_specs(request)
     model = request.model or task.model
     trainer = resolve_trainer(request.trainer, request.gpus_per_worker)
@@ -147,6 +145,8 @@ def _capacity(task: TaskSpec, sweep: SweepSpec, url: str, name: str) -> Capacity
         ended = len(ended_runs(study))  # errored ones run again
         peaks = [r["peak_rss_mb"] for r in finished_records(study).values() if r.get("peak_rss_mb")]
         peak = max(peaks) if peaks else None
+    from suite.model.devices import Capacity, available_memory_mb
+
     memory, memory_why = available_memory_mb()
     return Capacity(max(0, planned - ended), ended, memory, memory_why, peak)
 
@@ -176,6 +176,8 @@ def join_study(request: Request, info: dict[str, Any]) -> Setup:
     info), this machine's data and threads; the same checks and fingerprint as `setup_study`."""
     if request.storage is None or request.study is None:
         raise SpecError("a worker needs --storage and --study")
+    from suite.model.devices import resolve_trainer, usable_cpus  # imports torch
+
     task, sweep = TaskSpec.model_validate(info["task"]), SweepSpec.model_validate(info["sweep"])
     trainer = resolve_trainer({**info.get("trainer", {}), **request.trainer})
     where = f"study {request.study}"

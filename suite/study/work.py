@@ -19,11 +19,12 @@ from suite.config.sweep import SweepSpec
 from suite.config.task import TaskSpec
 from suite.errors import SuiteError
 from suite.heads.registry import PreparedTask
+from suite.study.memory import release, reset_peak, trimming
 from suite.study.plan import replicate_plans, retry_attrs, trial_attrs
-from suite.study.progress import TrialProgress
 from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
 from suite.study.records import outcome
 from suite.study.storage import HEARTBEAT_ENV
+from suite.study.trial_progress import TrialProgress
 from suite.training.trial import Seeds, TrialPlan, run_trial
 
 MAX_ATTEMPTS = 2  # an errored trial is retried once with the same seeds
@@ -62,8 +63,24 @@ def work(
     """Run queued trials until the study is complete; returns how many this worker ran.
 
     Waits while other workers' trials are running: a dead worker's trial turns stale after its
-    grace period and comes back to the queue.
+    grace period and comes back to the queue. Each trial's objects are freed before the next one
+    starts, and free heap pages go back to the system while it trains (suite/study/memory.py).
     """
+    release()  # what the setup's checks left: the pre-flight's model copy and features
+    with trimming():
+        return _work(study, task, model, sweep, stamp, trainer, progress, on_done)
+
+
+def _work(
+    study: optuna.Study,
+    task: PreparedTask,
+    model: str,
+    sweep: SweepSpec,
+    stamp: dict[str, Any],
+    trainer: dict[str, Any] | None,
+    progress: bool,
+    on_done: Any,
+) -> int:
     from optuna.storages._heartbeat import get_heartbeat_thread  # the heartbeat optimize() uses
 
     ran = 0
@@ -89,6 +106,8 @@ def work(
                     trial.set_user_attr("record", {**attrs, "outcome": "errored", "reason": str(err)})
                     study.tell(trial, state=TrialState.FAIL)
                     raise
+                finally:
+                    release()  # before the next trial builds its module, optimizer and trainer
             _tell(study, trial, record, task.baseline[task.spec.metric.main])
         except (KeyboardInterrupt, SystemExit) as err:  # Lightning turns Ctrl-C into SystemExit(1)
             if not study._storage.get_trial(trial._trial_id).state.is_finished():
@@ -134,6 +153,7 @@ def _run_one(
     plan = TrialPlan(attrs["size"], sweep.hparams_for(attrs["setting"]), Seeds(**attrs["seeds"]))
     pruning = trial if sweep.pruner.type != "none" else None
     watch = [TrialProgress(trial, task.spec.metric.main)]
+    reset_peak()  # the record's peak_rss_mb: this trial's own
     record = run_trial(task, model, plan, progress, trainer, pruning, callbacks=watch)
     return {**record, **stamp, "trial_number": trial.number, "attempt": attrs.get("attempt", 1)}
 

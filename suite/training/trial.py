@@ -117,7 +117,8 @@ def crash_reason(err: Exception) -> str:
 
 def record_costs(record: dict[str, Any], start: float, end: float) -> None:
     """Peak memory and per-trial overhead (from the `first_step`/`train_end` marks) into the record."""
-    # The process's peak resident memory so far (Linux: KiB): a leak shows as growth over trials.
+    # The process's peak resident memory (Linux: KiB) since the worker reset it as this trial started
+    # (suite/study/memory.py), else since the process started: a leak shows as growth over trials.
     record["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     if "train_end" in record:  # the overhead of a trial: everything but training and evaluation
         record["overhead_s"] = {

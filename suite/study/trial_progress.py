@@ -1,0 +1,64 @@
+"""A running trial's progress, written into its Optuna trial for whoever watches the study
+(`suite.study.progress` reads it; that module imports no torch, as `run`'s waiting process must not)."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from typing import Any
+
+import lightning as L
+import optuna
+
+from suite.study.plan import PROGRESS_ATTR
+
+PROGRESS_ENV = "SUITE_PROGRESS_S"  # seconds between a trial's progress writes (default 5)
+
+
+class TrialProgress(L.Callback):
+    """Writes the trial's progress into its Optuna trial at most every `interval` seconds and
+    after every dev evaluation. Reads only host-side counters (no device sync)."""
+
+    def __init__(self, trial: optuna.Trial, metric: str, interval: float | None = None) -> None:
+        self.trial, self.metric = trial, metric
+        self.interval = float(os.environ.get(PROGRESS_ENV, "5")) if interval is None else interval
+        self.start = self.last = time.monotonic()
+        self.score: float | None = None
+
+    def on_train_start(self, trainer: L.Trainer, module: Any) -> None:
+        self.start = time.monotonic()
+        self._send(trainer)
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: Any, *args: Any) -> None:
+        if time.monotonic() - self.last >= self.interval:
+            self._send(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, module: Any) -> None:
+        history = getattr(module, "history", None)
+        if history:
+            self.score = history[-1].get(self.metric)
+        self._send(trainer)
+
+    def _send(self, trainer: L.Trainer) -> None:
+        try:
+            self._write(trainer)
+        except Exception as err:  # noqa: BLE001  a storage hiccup must not fail a healthy run
+            warnings.warn(f"trial progress not written: {err}", stacklevel=2)
+
+    def _write(self, trainer: L.Trainer) -> None:
+        self.last = time.monotonic()
+        steps = trainer.estimated_stepping_batches
+        self.trial.set_user_attr(
+            PROGRESS_ATTR,
+            {
+                "epoch": trainer.current_epoch + 1,
+                "epochs": trainer.max_epochs,
+                "step": trainer.global_step,
+                "steps": int(steps) if math.isfinite(steps) else None,
+                "score": self.score,
+                "metric": self.metric,
+                "elapsed_s": round(self.last - self.start, 2),
+            },
+        )

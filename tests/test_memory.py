@@ -1,0 +1,177 @@
+"""Memory per process: the `run` process that waits for its workers holds neither torch nor the
+prepared data or model, and a worker frees each trial's module, optimizer and trainer before the
+next trial builds its own (benchmarks/memory.py measures both on the NER default)."""
+
+import gc
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+import weakref
+from pathlib import Path
+
+import lightning as L
+import pytest
+
+from suite.errors import SpecError
+from suite.heads.registry import PreparedTask
+from suite.study.memory import release, reset_peak, trimming
+from suite.study.offload import in_child
+from suite.study.setup import _int_size
+from tests.conftest import run_tiny
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Runs `suite run` with `_wait` spied on: what the process holds while its workers train.
+SPY = """
+import json, sys
+import suite.commands.run as run
+
+seen = {}
+wait = run._wait
+
+
+def spy(workers, study, s):
+    import gc
+
+    heavy = ("torch", "lightning", "transformers", "datasets")
+    seen["modules"] = sorted(m for m in heavy if m in sys.modules)
+    held = ("PreparedTask", "ClassificationData")
+    seen["prepared"] = sum(type(o).__name__ in held for o in gc.get_objects())
+    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    seen["rss_mb"] = int(status["VmRSS"].split()[0]) / 1024
+    return wait(workers, study, s)
+
+
+run._wait = spy
+from suite.commands.cli import main
+
+code = main(sys.argv[1:])
+print(json.dumps({**seen, "code": code}))
+"""
+
+
+def test_in_child_runs_elsewhere_and_raises_what_the_child_raised() -> None:
+    assert in_child(os.getpid) != os.getpid()
+    assert in_child(_int_size, "64") == 64
+    with pytest.raises(SpecError, match="--size: expected an integer or 'full', got 'x'"):
+        in_child(_int_size, "x")
+    with pytest.raises(ValueError, match="invalid literal") as caught:
+        in_child(int, "x")
+    assert "in the child process" in "".join(caught.value.__notes__)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_waiting_run_process_holds_no_torch_no_data_no_model(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
+    root = tiny_task.parent.parent
+    args = ["run", str(tiny_task), "--model", str(tiny_models["bert"]), "--out", str(root / "runs")]
+    args += ["--data-dir", str(root / "data"), "--quiet", "--workers", "2", "--threads", "2"]
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    done = subprocess.run(
+        [sys.executable, "-c", SPY, *args], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["code"] == 0
+    assert seen["modules"] == [] and seen["prepared"] == 0
+    assert seen["rss_mb"] < 200  # ~70 MB: Python, optuna and SQLAlchemy (was ~700 MB on the NER default)
+    records = [json.loads(line) for line in next((root / "runs").glob("tiny/*/trials.jsonl")).open()]
+    assert len(records) == 3 and all(r["outcome"] != "errored" for r in records)
+
+
+def test_worker_frees_each_trial_before_the_next(tiny_task: Path, tiny_models, monkeypatch) -> None:  # noqa: ANN001
+    """With the cyclic collector off, only the worker's own `release()` frees a trial's objects:
+    when a trial builds its module, no earlier trial's module, trainer or optimizer is alive."""
+    alive: list[weakref.ref] = []
+    leftovers: list[int] = []
+    build, fit = PreparedTask.build_module, L.Trainer.fit
+
+    def spy_build(self, encoder, hparams):  # noqa: ANN001, ANN202
+        leftovers.append(sum(ref() is not None for ref in alive))
+        module = build(self, encoder, hparams)
+        alive.append(weakref.ref(module))
+        return module
+
+    def spy_fit(self, module, *args, **kwargs):  # noqa: ANN001, ANN202
+        alive.append(weakref.ref(self))
+        try:
+            return fit(self, module, *args, **kwargs)
+        finally:
+            alive.extend(weakref.ref(o) for o in self.optimizers)
+
+    monkeypatch.setattr(PreparedTask, "build_module", spy_build)
+    monkeypatch.setattr(L.Trainer, "fit", spy_fit)
+    gc.collect()
+    gc.disable()
+    try:
+        run_tiny(tiny_task, tiny_models["bert"], "--workers", "1")
+        ended = sum(ref() is not None for ref in alive)
+    finally:
+        gc.enable()
+    assert len(leftovers) == 3 and len(alive) == 9  # 3 trials: module, trainer, optimizer each
+    assert leftovers == [0, 0, 0] and ended == 0
+
+
+def _rss_mb() -> float:
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return int(status["VmRSS"].split()[0]) / 1024
+
+
+def _fragmented_heap() -> tuple[list[bytes], float]:
+    """128 MB of heap blocks (64 KB: under glibc's mmap threshold) freed between small blocks still
+    in use, so the heap cannot shrink from its top (freeing alone gives back ~10 MB); the live
+    blocks, and the RSS before the frees."""
+    blocks, keep = [], []
+    for i in range(2000):
+        blocks.append(bytes(64 * 1024) + bytes([i % 256]))
+        keep.append(bytes(600) + bytes([i % 256]))
+    full = _rss_mb()
+    del blocks
+    return keep, full
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
+def test_release_gives_freed_heap_pages_back() -> None:
+    keep, full = _fragmented_heap()
+    release()
+    assert full - _rss_mb() > 64 and keep
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
+def test_trimming_gives_freed_heap_pages_back_while_a_trial_runs() -> None:
+    with trimming(period=0.05):
+        keep, full = _fragmented_heap()
+        time.sleep(0.5)
+        after = _rss_mb()
+    assert full - after > 64 and keep
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/clear_refs")
+def test_a_trial_records_its_own_peak_not_an_earlier_trials() -> None:
+    """`reset_peak` (the worker calls it as each trial starts) restarts ru_maxrss, which every
+    trial record's `peak_rss_mb` reads."""
+    block = bytearray(300 * 1024 * 1024)
+    block[::4096] = b"x" * len(block[::4096])  # touched: resident
+    del block
+    high = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    assert reset_peak()
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 < high - 250
+
+
+def test_workers_auto_that_finds_one_trains_in_the_run_process(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
+    """Planned in a child, which finds one worker enough (one planned trial): planned again and
+    run here, as `--workers 1`; the study and its records as with `--workers 1`."""
+    folder = run_tiny(tiny_task, tiny_models["bert"], "--workers", "auto", "--seeds", "1")
+    records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
+    assert len(records) == 1 and records[0]["worker"].endswith(f":{os.getpid()}")
+
+
+def test_a_user_error_found_while_planning_in_the_child_is_the_same_error(
+    tiny_task: Path, tiny_models, capsys
+) -> None:  # noqa: ANN001
+    run_tiny(tiny_task, tiny_models["bert"], "--workers", "2", "--set", "max_length=-3", expect=2)
+    assert "max_length" in capsys.readouterr().err
