@@ -7,6 +7,7 @@ period and comes back to the queue.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -50,6 +51,20 @@ def settings_proposed(trials: list[optuna.trial.FrozenTrial]) -> int:
     )
 
 
+def _freeing_memory(loop: Any) -> Any:
+    """Around a worker's loop: what the setup's checks left (the pre-flight's model copy and
+    features) freed first, and free heap pages handed back every few seconds while it trains."""
+
+    @functools.wraps(loop)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        release()
+        with trimming():
+            return loop(*args, **kwargs)
+
+    return wrapped
+
+
+@_freeing_memory
 def work(
     study: optuna.Study,
     task: PreparedTask,
@@ -66,21 +81,6 @@ def work(
     grace period and comes back to the queue. Each trial's objects are freed before the next one
     starts, and free heap pages go back to the system while it trains (suite/study/memory.py).
     """
-    release()  # what the setup's checks left: the pre-flight's model copy and features
-    with trimming():
-        return _work(study, task, model, sweep, stamp, trainer, progress, on_done)
-
-
-def _work(
-    study: optuna.Study,
-    task: PreparedTask,
-    model: str,
-    sweep: SweepSpec,
-    stamp: dict[str, Any],
-    trainer: dict[str, Any] | None,
-    progress: bool,
-    on_done: Any,
-) -> int:
     from optuna.storages._heartbeat import get_heartbeat_thread  # the heartbeat optimize() uses
 
     ran = 0
