@@ -220,8 +220,7 @@ def watch(study: Any, planned: int, workers: int, running: Any, desc: str, poll_
 
     from suite.study.progress import study_progress
 
-    form = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"  # tqdm's own ETA counts completions
-    with tqdm(desc=desc, total=planned, unit="trial", bar_format=form) as bar:
+    with tqdm(desc=desc, total=planned, unit="trial", bar_format=BAR_FORMAT) as bar:
         while running():
             _show(bar, study_progress(study, planned, workers))
             time.sleep(poll_s)
@@ -241,6 +240,8 @@ def _planned(s: Setup) -> int:
 
 
 PUT_BACK = "a running trial went back to the queue"
+# tqdm's own ETA counts completions; the postfix carries the one from the measured time per step
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 
 
 def interrupted_note(study: Any, planned: int, running: str = PUT_BACK) -> str:
@@ -272,14 +273,13 @@ def run_worker(study: Any, s: Setup, progress: bool) -> int:
         "stack": s.stack,
     }
     planned = _planned(s)
-    form = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"  # the ETA is from time per step
     bar = tqdm(
         desc="trials",
         total=planned,
         initial=len(finished_records(study)),
         disable=not progress,
         unit="trial",
-        bar_format=form,
+        bar_format=BAR_FORMAT,
     )
 
     def done(record: dict[str, Any]) -> None:
