@@ -1,51 +1,90 @@
 """The code that decides a trial's numbers is pinned to TRAINING_CODE_VERSION: editing it fails
 here until the version is bumped (old studies are then refused, not resumed as if nothing
-changed) or the pin is updated for a change that provably keeps every number (issue 20)."""
+changed) or the pin is updated for a change that provably keeps every number. Which modules are
+pinned is derived from the trial's imports (`suite.identity.pinned_modules`), never listed here."""
 
 from __future__ import annotations
 
-import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
 
-from suite.study.fingerprint import TRAINING_MODULES, code_versions, training_code_digest
+from suite.identity import SUITE, code_digest, code_versions, digest_of, pinned_modules
 from tests.conftest import REPO
 
-# code_versions() (TRAINING_CODE_VERSION + HEAD_CODE_VERSIONS) -> digest of TRAINING_MODULES' syntax
+# code_versions() (TRAINING_CODE_VERSION + HEAD_CODE_VERSIONS) -> digest of the pinned modules' syntax
 # trees (docstrings and comments aside).
-# 3+auto2 re-pinned for the GPU path (issue 22): losses read back in batches on a GPU, pieces cut on
-# the CPU, fp32 output layers, Viterbi on a CPU copy; and for the progress callbacks a trial takes
-# (they watch, never change it). On the CPU every record stays bit-identical.
+# 3+auto2 re-pinned for the GPU path: losses read back in batches on a GPU, pieces cut on the CPU,
+# fp32 output layers, Viterbi on a CPU copy; and for the progress callbacks a trial takes (they watch,
+# never change it). On the CPU every record stays bit-identical.
 PINS = {"3+auto2": "988f83e495fe7d0c"}
 
 
 def test_the_training_code_matches_its_version_pin() -> None:
-    assert all(
-        ast.parse((REPO / "suite" / m).read_text()) for m in TRAINING_MODULES
-    )  # each pinned file exists
-    found = training_code_digest()
+    found = code_digest()
     assert PINS.get(code_versions()) == found, (
         f"the modules that decide a trial's result changed (digest {found}): bump TRAINING_CODE_VERSION "
-        "(or the head's HEAD_CODE_VERSIONS entry) in suite/study/fingerprint.py and pin the new "
+        "(or the head's HEAD_CODE_VERSIONS entry) in suite/identity.py and pin the new "
         f"code_versions() to {found!r} here, or, if every number provably stays the same (the "
         "determinism tests), update the pin"
     )
 
 
-def test_the_digest_ignores_docstrings_and_comments_but_not_code(tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    import suite.study.fingerprint as fp
+def test_every_module_a_trial_imports_is_pinned() -> None:
+    """Independently of the static walk: what a fresh interpreter holds after importing the trial
+    and every head's data and model (the registry), each a stage module, is pinned."""
+    code = (
+        "import json, sys; import suite.training.trial, suite.heads.registry; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('suite.'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    loaded = json.loads(done.stdout)
+    cross_cutting = {f"suite.{p.stem}" for p in SUITE.glob("*.py")}
+    paths = {_relative(m) for m in loaded if m not in cross_cutting}
+    missing = paths - set(pinned_modules())
+    assert not missing, f"on the trial's path but not pinned: {sorted(missing)}"
+    # The holes the hand-kept list had are covered.
+    assert {"data/hub.py", "data/paths.py", "data/cache.py"} <= set(pinned_modules())
 
-    root = tmp_path / "suite"
-    (root / "m").mkdir(parents=True)
-    (root / "study").mkdir()
-    (root / "study" / "fingerprint.py").write_text("")
-    module = root / "m" / "x.py"
-    monkeypatch.setattr(fp, "TRAINING_MODULES", ("m/x.py",))
-    monkeypatch.setattr(fp, "__file__", str(root / "study" / "fingerprint.py"))
+
+def _relative(module: str) -> str:
+    path = SUITE.joinpath(*module.split(".")[1:])
+    return str((path / "__init__.py" if path.is_dir() else path.with_suffix(".py")).relative_to(SUITE))
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_a_module_imported_inside_a_function_on_the_trial_path_is_pinned(tmp_path: Path) -> None:
+    """A new reader imported lazily by a pinned module is pinned the day it is imported; a module
+    nothing on the path imports, and the cross-cutting ones, are not."""
+    root = _tree(
+        tmp_path / "suite",
+        {
+            "training/trial.py": "from suite.data import reader\nfrom suite.errors import E\n",
+            "data/__init__.py": "",
+            "data/reader.py": "def f():\n    from suite.data.new import g\n    return g()\n",
+            "data/new.py": "import numpy\n\ndef g():\n    return 1\n",
+            "data/unused.py": "",
+            "errors.py": "class E(Exception): ...\n",
+        },
+    )
+    assert pinned_modules(root) == ("data/__init__.py", "data/new.py", "data/reader.py", "training/trial.py")
+
+
+def test_the_digest_ignores_docstrings_and_comments_but_not_code(tmp_path: Path) -> None:
+    module = tmp_path / "x.py"
     module.write_text('"""Doc."""\n\ndef f(x):\n    """Doc."""\n    return x + 1  # one\n')
-    first = fp.training_code_digest()
+    first = digest_of(tmp_path, ["x.py"])
     module.write_text('"""Other doc."""\n\n\ndef f(x):  # comment\n    return x + 1\n')
-    assert fp.training_code_digest() == first
+    assert digest_of(tmp_path, ["x.py"]) == first
     module.write_text("def f(x):\n    return x + 2\n")
-    assert fp.training_code_digest() != first
+    assert digest_of(tmp_path, ["x.py"]) != first
 
 
 def test_a_head_version_is_part_of_only_the_studies_that_train_that_head(tiny_task) -> None:  # noqa: ANN001
@@ -53,7 +92,7 @@ def test_a_head_version_is_part_of_only_the_studies_that_train_that_head(tiny_ta
     a `mean` or `cls` study of the same task still resumes."""
     from suite.config.sweep import SweepSpec
     from suite.config.task import load_task
-    from suite.study.fingerprint import HEAD_CODE_VERSIONS, differences, study_fingerprint
+    from suite.identity import HEAD_CODE_VERSIONS, differences, study_fingerprint
     from suite.study.setup import classifiers_used
 
     task = load_task(tiny_task).model_copy(update={"classifier": "mean"})

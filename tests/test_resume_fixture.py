@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 
 from suite.config.request import Request
-from suite.study.fingerprint import STACK
+from suite.identity import STACK
 from suite.study.setup import setup_study
 from suite.study.storage import open_storage, sqlite_url
 from tests.conftest import run_tiny

@@ -11,7 +11,7 @@ from suite.config.sweep import HParams
 from suite.config.task import load_task
 from suite.data.squad import QAExample, read_mrqa, read_squad_json, windows
 from suite.heads.registry import prepare_task
-from suite.heads.span import best_answers
+from suite.heads.span import best_answers, collate_span
 from suite.model.encoders import load_tokenizer
 from suite.model.metrics import normalize_answer, squad_scores
 from suite.training.trial import Seeds, TrialPlan, run_trial
@@ -125,6 +125,28 @@ def test_answer_is_taken_from_the_window_that_holds_it(squad) -> None:  # noqa: 
     assert len(features) >= 4 and holding and holding[0] > 0
     (answer,) = best_answers(features, [context], *_gold_logits(features))
     assert answer == "The Rhine"
+
+
+def test_a_left_padding_tokenizer_gets_answer_positions_on_their_tokens(squad) -> None:  # noqa: ANN001
+    """Answer positions count from the left, so tokens are padded on the right whatever side the
+    tokenizer pads: each row of a batch is its window collated alone, then padding."""
+    tokenizer = load_tokenizer("minilm-l6")
+    tokenizer.padding_side = "left"
+    features = windows(tokenizer, squad.data.pool[:6], max_length=192, stride=64, train=True)
+    assert len({len(f["input_ids"]) for f in features}) > 1  # the batch really pads
+    collate = collate_span(tokenizer)
+    batch = collate(features)
+    for row, feature in enumerate(features):
+        alone, n = collate([feature]), len(feature["input_ids"])
+        assert batch["input_ids"][row, :n].tolist() == alone["input_ids"][0].tolist() == feature["input_ids"]
+        assert set(batch["input_ids"][row, n:].tolist()) <= {tokenizer.pad_token_id}
+        assert batch["attention_mask"][row].tolist() == [1] * n + [0] * (batch["input_ids"].shape[1] - n)
+        start, end = int(batch["start_positions"][row]), int(batch["end_positions"][row])
+        assert (start, end) == (feature["start_positions"], feature["end_positions"])
+        if start:  # (0, 0): the answer is not in this window
+            answer = tokenizer.decode(batch["input_ids"][row, start : end + 1]).replace(" ", "")
+            gold = squad.data.pool[feature["example"]].answers[0]
+            assert normalize_answer(answer) == normalize_answer(gold).replace(" ", "")
 
 
 def test_models_without_token_type_ids_get_windows_too(tiny_tokenizers) -> None:  # noqa: ANN001

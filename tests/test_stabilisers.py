@@ -197,7 +197,7 @@ def test_reinit_beyond_the_depth_and_meaningless_combinations_are_refused(
 
 
 def test_settings_without_stabilisers_keep_their_keys_and_fingerprint(tiny_task: Path) -> None:
-    from suite.study.fingerprint import study_fingerprint
+    from suite.identity import study_fingerprint
 
     plan = TrialPlan(32, _hp(), Seeds(1, 2, 3))
     assert plan.key == (  # the key studies were made with before stabilisers existed
@@ -214,7 +214,7 @@ def test_a_recipe_reference_is_a_label_not_a_hyperparameter(tmp_path: Path) -> N
     """`reference:` inside a recipe names what its table row is tested against: it leaves the
     recipe's hyperparameters and the study's fingerprint alone, and must name another recipe."""
     (tmp_path / "sweeps").mkdir()
-    from suite.study.fingerprint import study_fingerprint
+    from suite.identity import study_fingerprint
 
     sweep = load_sweep(_recipe_sweep(tmp_path, "  base: {}\n  deep: {llrd: 0.9, reference: base}\n"))
     assert sweep.references == {"deep": "base"} and sweep.recipes["deep"] == {"llrd": 0.9}

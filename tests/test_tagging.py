@@ -7,7 +7,7 @@ import pytest
 
 from suite.config.task import load_task
 from suite.data.conll import iob1_to_iob2, iobes_to_iob2, read_conll
-from suite.data.tagging import assemble, word_windows
+from suite.data.tagging import assemble, collate_tagging, word_windows
 from suite.errors import DataError
 from suite.heads.registry import prepare_task, tagging_scorer
 from suite.model.encoders import load_tokenizer
@@ -151,3 +151,24 @@ def test_eval_split_test_reads_the_test_file(shared_data: Path, capsys) -> None:
     task = load_task(REPO / "tasks/ner.yaml").model_copy(update={"eval_split": "test"})
     data = prepare_task(task, shared_data, load_tokenizer("minilm-l6")).data
     assert data.sources["dev"].endswith("eng.testb") and len(data.sentences["dev"]) == 3453
+
+
+def test_a_left_padding_tokenizer_gets_labels_on_their_tokens(tiny_ner: Path) -> None:
+    """Labels, word starts and tokens are padded on one side, whatever side the tokenizer pads:
+    each row of a batch is its example collated alone, then padding (and the padding only)."""
+    tokenizer = load_tokenizer("minilm-l6")
+    tokenizer.padding_side = "left"
+    data = prepare_task(load_task(tiny_ner), tiny_ner.parent / "data", tokenizer).data
+    features = data.features("dev", data.dev_indices())[:8]
+    assert len({len(f["input_ids"]) for f in features}) > 1  # the batch really pads
+    collate = collate_tagging(tokenizer)
+    batch = collate(features)
+    for row, feature in enumerate(features):
+        alone = collate([feature])
+        n = len(feature["input_ids"])
+        for name, pad in (("input_ids", tokenizer.pad_token_id), ("attention_mask", 0), ("labels", -100)):
+            assert batch[name][row, :n].tolist() == alone[name][0].tolist()
+            assert set(batch[name][row, n:].tolist()) <= {pad}
+        starts = feature["word_starts"]
+        assert batch["word_starts"][row, : len(starts)].tolist() == starts
+        assert all(batch["labels"][row, s] >= 0 for s in starts)  # each word's label sits on its start

@@ -1,13 +1,13 @@
-"""On-disk cache of tokenized features, keyed by tokenizer, task data and subsample.
+"""On-disk cache of tokenized features, keyed by tokenizer, task data, subsample and code.
 
-Tokenizing is done once per (tokenizer, task, size, subsample seed); later trials,
-workers and restarts load the same file.
+Tokenizing is done once per (tokenizer, task, size, subsample seed); later trials, workers and
+restarts load the same file. What a key holds is the study identity's to say
+(`suite.identity.feature_key`): the reader's fields, the pinned code's digest and the tokenizer
+libraries' versions.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +17,7 @@ import torch
 
 from suite.errors import SuiteError
 from suite.faults import reach
+from suite.identity import feature_key
 
 ENV_VAR = "SUITE_CACHE_DIR"
 
@@ -25,22 +26,14 @@ def cache_dir() -> Path:
     return Path(os.environ.get(ENV_VAR, Path.home() / ".cache" / "suite")).expanduser()
 
 
-def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """Changes whenever the tokenizer's vocabulary, normalisation or special tokens change."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    body = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
-    extra = f"{type(tokenizer).__name__}|{tokenizer.padding_side}|{tokenizer.model_max_length}"
-    return hashlib.sha256((body + extra).encode()).hexdigest()[:16]
-
-
 def cached(key: dict[str, Any], build: Callable[[], Any]) -> Any:
     """Load `key`'s features from disk, or build, save (atomically) and return them.
 
-    Keys name the content hash of the data files, so an edited file never reuses features.
-    A torn file (a crash of another tool, a full disk) fails to load and is rebuilt.
+    Keys name the content hash of the data files, so an edited file never reuses features; nor does
+    other code or another tokenizer library. A torn file (a crash of another tool, a full disk) fails
+    to load and is rebuilt.
     """
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:24]
-    path = cache_dir() / "features" / f"{digest}.pt"
+    path = cache_dir() / "features" / f"{feature_key(key)}.pt"
     if path.is_file():
         try:
             return torch.load(path, weights_only=False)

@@ -8,12 +8,13 @@ from typing import Any
 import numpy as np
 
 from suite.config.task import TaskSpec
-from suite.data.cache import cached, tokenizer_fingerprint
+from suite.data.cache import cached
 from suite.data.hub import HUB_PREFIX, data_origin, load_split, source_sha256, use_hub
 from suite.data.paths import local_file
 from suite.data.subsample import regression_strata, subsample_indices
 from suite.data.tables import Rows, read_rows, require_columns
 from suite.errors import DataError
+from suite.identity import tokenizer_fingerprint
 
 Features = list[dict[str, Any]]
 

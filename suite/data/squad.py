@@ -17,13 +17,14 @@ from typing import Any
 import numpy as np
 
 from suite.config.task import TaskSpec
-from suite.data.cache import cached, tokenizer_fingerprint
+from suite.data.cache import cached
 from suite.data.classification import EVAL_SUBSAMPLE_SEED
 from suite.data.hub import SPAN_COLUMNS, data_origin, load_split, source_sha256, use_hub
 from suite.data.paths import local_file
 from suite.data.subsample import subsample_indices
 from suite.data.tables import read_text, text_lines
 from suite.errors import DataError
+from suite.identity import tokenizer_fingerprint
 from suite.provenance import file_sha256
 
 EVAL_POOL_LABEL = "held-out SQuAD-train questions (not the official SQuAD dev set)"

@@ -14,13 +14,14 @@ from typing import Any
 import numpy as np
 
 from suite.config.task import TaskSpec
-from suite.data.cache import cached, tokenizer_fingerprint
+from suite.data.cache import cached
 from suite.data.classification import EVAL_SUBSAMPLE_SEED
 from suite.data.conll import TO_IOB2, Sentence, check_tags, read_conll
 from suite.data.hub import TAGGING_COLUMNS, data_origin, load_split, source_sha256, use_hub
 from suite.data.paths import local_file
 from suite.data.subsample import subsample_indices
 from suite.errors import DataError
+from suite.identity import tokenizer_fingerprint
 
 IGNORE = -100
 Features = list[dict[str, Any]]
@@ -168,13 +169,16 @@ def assemble(windows: list[tuple[int, int, list[int]]], n_sentences: int) -> lis
 
 
 def collate_tagging(tokenizer: Any) -> Any:
-    """Dynamic padding of the encoder inputs; labels padded with the ignore index."""
+    """Dynamic padding of the encoder inputs; labels padded with the ignore index. All on the right,
+    whatever side the tokenizer pads: labels and word starts count positions from the left."""
     import torch
 
     def collate(batch: Features) -> dict[str, Any]:
         extra = ("labels", "word_starts", "sentence", "first_word")
         padded = tokenizer.pad(
-            [{k: v for k, v in f.items() if k not in extra} for f in batch], return_tensors="pt"
+            [{k: v for k, v in f.items() if k not in extra} for f in batch],
+            padding_side="right",
+            return_tensors="pt",
         )
         width = padded["input_ids"].shape[1]
         words = max(len(f["word_starts"]) for f in batch)

@@ -84,11 +84,13 @@ def best_answers(
 
 
 def collate_span(tokenizer: Any) -> Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]:
-    """Dynamic padding; keeps the answer positions (train) or the window index (eval)."""
+    """Dynamic padding, on the right whatever side the tokenizer pads (answer positions count from
+    the left); keeps the answer positions (train) or the window index (eval)."""
 
     def collate(batch: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         keep = ("input_ids", "attention_mask", "token_type_ids")
-        padded = tokenizer.pad([{k: f[k] for k in keep if k in f} for f in batch], return_tensors="pt")
+        rows = [{k: f[k] for k in keep if k in f} for f in batch]
+        padded = tokenizer.pad(rows, padding_side="right", return_tensors="pt")
         for name in ("start_positions", "end_positions", "window"):
             if name in batch[0]:
                 padded[name] = torch.tensor([f[name] for f in batch])

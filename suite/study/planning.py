@@ -18,8 +18,8 @@ from suite.config.request import Request
 from suite.config.sweep import SweepSpec
 from suite.config.task import TaskSpec, spec_hash
 from suite.data.hub import source_sha256
+from suite.identity import STACK
 from suite.provenance import git_commit
-from suite.study.fingerprint import STACK
 from suite.study.setup import Setup, setup_study
 from suite.study.storage import public_url
 
@@ -82,8 +82,8 @@ def _record_resumption(study: optuna.Study, s: Setup, how: Any) -> None:
     """A grown plan becomes the study's plan (fingerprint, task and sweep: workers and later runs
     compare against it); an allowed stack change is kept as the study's list of stacks."""
     if how.adopt_stack:  # from now on its stack is checked like any other study's
-        current = {k: v for k, v in s.fingerprint.items() if k.startswith(STACK)}
-        study.set_user_attr("fingerprint", {**study.user_attrs["fingerprint"], **current})
+        current = {k: v for k, v in s.fingerprint.items() if k.startswith(STACK)}  # adds, never replaces:
+        study.set_user_attr("fingerprint", {**current, **study.user_attrs["fingerprint"]})
     if not (how.grown or how.stack_changed):
         return
     info = dict(study.user_attrs.get("run_info") or {})
@@ -104,15 +104,16 @@ def _record_resumption(study: optuna.Study, s: Setup, how: Any) -> None:
 
 def adopt_stack(study: optuna.Study, s: Setup) -> bool:
     """A worker joining a study stored without a stack (planned by `launch` on another machine, or
-    before stacks were fingerprinted) stores its own: later workers and runs are checked against
-    it. False when another worker stored one first (check against that one instead). Re-read just
-    before writing; two first workers racing within that moment both write, the last one wins."""
-    fresh = study.user_attrs  # read from the storage on each access
-    if any(k.startswith(STACK) for k in fresh.get("fingerprint") or {}):
+    before stacks, or some of their libraries, were fingerprinted) stores the entries it lacks: later
+    workers and runs are checked against them. False when another worker stored them first (check
+    against those instead). Re-read just before writing; two first workers racing within that moment
+    both write, the last one wins."""
+    stored = study.user_attrs.get("fingerprint") or {}  # read from the storage on each access
+    stack = {k: v for k, v in s.fingerprint.items() if k.startswith(STACK) and k not in stored}
+    if not stack:
         return False
-    stack = {k: v for k, v in s.fingerprint.items() if k.startswith(STACK)}
-    study.set_user_attr("fingerprint", {**fresh["fingerprint"], **stack})
-    info = fresh.get("run_info") or {}
+    study.set_user_attr("fingerprint", {**stored, **stack})
+    info = study.user_attrs.get("run_info") or {}
     if not info.get("stack"):
         study.set_user_attr("run_info", {**info, "stack": s.stack})
     return True

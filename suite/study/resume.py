@@ -19,7 +19,7 @@ from typing import Any
 from suite.config.sweep import SweepSpec
 from suite.config.task import TaskSpec
 from suite.errors import SuiteError
-from suite.study.fingerprint import STACK, differences, refusal
+from suite.identity import STACK, differences, refusal
 
 # Fingerprint fields a plan may extend: whether it does is decided on the planned trials.
 _GROWABLE = (
@@ -42,7 +42,7 @@ class Resumption:
     added: int = 0  # planned trials the stored plan did not have
     stored: int = 0  # planned trials of the stored plan
     stack_changed: list[str] = field(default_factory=list)  # allowed stack differences
-    adopt_stack: bool = False  # stored before the stack was in a fingerprint: store it now
+    adopt_stack: bool = False  # stored before (some of) its stack was in a fingerprint: store it now
 
     def describe(self) -> str:
         parts = []
@@ -69,11 +69,13 @@ def resumption(
     SuiteError naming the difference when it cannot."""
     if stored is None:
         raise SuiteError(refusal(study, where, None))
-    adopt = not any(k.startswith(STACK) for k in stored)
-    if adopt:  # made before the stack was part of a study's identity: compare the versions it recorded
+    if not any(k.startswith(STACK) for k in stored):  # made before the stack was in its identity
         recorded = {f"{STACK}{k}": v for k, v in ((info or {}).get("versions") or {}).items()}
         stored = {**stored, **{k: v for k, v in recorded.items() if k in current}}
-        current = {k: v for k, v in current.items() if not k.startswith(STACK) or k in stored}
+    # A stack entry the study predates (a library added to the stack later) is adopted: resumed and
+    # recorded, not compared. A stored entry that differs is another stack.
+    adopt = any(k.startswith(STACK) and k not in stored for k in current)
+    current = {k: v for k, v in current.items() if not k.startswith(STACK) or k in stored}
     changed = [
         p
         for p in sorted(set(stored) | set(current))

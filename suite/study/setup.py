@@ -217,9 +217,9 @@ def _checked(
     if request.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
     from suite.heads.registry import prepare_task
+    from suite.identity import software_stack
     from suite.model.encoders import load_encoder, load_tokenizer
     from suite.model.stabilisers import check_sweep
-    from suite.study.fingerprint import software_stack
     from suite.study.preflight import check_planned_inputs
 
     tokenizer = load_tokenizer(model)
@@ -241,8 +241,8 @@ def fingerprint_of(
     trainer: dict[str, Any],
     stack: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    from suite.identity import study_fingerprint
     from suite.model.encoders import model_identity
-    from suite.study.fingerprint import study_fingerprint
     from suite.study.preflight import data_hashes
 
     task = prepared.spec.model_dump(mode="json")
