@@ -198,3 +198,24 @@ def test_gold_tags_round_trip_with_each_family_and_its_architecture(
     batch = collate_tagging(tokenizer)(features[:8])
     hidden = encoder(**encoder_inputs(encoder, batch)).last_hidden_state
     assert hidden.shape == (*batch["input_ids"].shape, 32)
+
+
+def test_a_checkpoint_saved_to_pad_left_is_loaded_to_pad_right(tiny_models, tiny_task) -> None:  # noqa: ANN001
+    """Every head reads [CLS] at position 0 and labels padded after the tokens: a tokenizer saved
+    with `padding_side: left` is loaded to pad on the right, so a classification batch of unequal
+    lengths keeps [CLS] first in every row and its pads at the end."""
+    import shutil
+
+    folder = tiny_task.parent / "left-padding-bert"
+    shutil.copytree(tiny_models["bert"], folder)
+    config = folder / "tokenizer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "padding_side": "left"}))
+    tokenizer = load_tokenizer(str(folder))
+    assert tokenizer.padding_side == "right"
+    rows = [tokenizer("a short one"), tokenizer("a much longer sentence than the first one is")]
+    prepared = prepare_task(load_task(tiny_task), tiny_task.parent.parent / "data", tokenizer)
+    batch = prepared.collate([dict(r) for r in rows])
+    assert (batch["input_ids"][:, 0] == tokenizer.cls_token_id).all()
+    lengths = [len(r["input_ids"]) for r in rows]
+    for row, n in zip(batch["attention_mask"].tolist(), lengths, strict=True):
+        assert row == [1] * n + [0] * (max(lengths) - n)

@@ -88,7 +88,11 @@ def _from_pretrained(loader: Any, target: str, name: str, **kwargs: Any) -> Any:
 def load_tokenizer(name: str) -> Any:
     target = resolve(name)
     _from_pretrained(AutoConfig, target, name)  # an unknown model fails here, named
-    return with_prefix_space(_from_pretrained(AutoTokenizer, target, name))
+    tokenizer = with_prefix_space(_from_pretrained(AutoTokenizer, target, name))
+    # Every head reads its batch as right-padded (the [CLS] at position 0, labels and word starts
+    # padded after the tokens): a hub tokenizer saved to pad on the left is made to pad on the right.
+    tokenizer.padding_side = "right"
+    return tokenizer
 
 
 def _byte_level_parts(component: Any) -> list[Any]:
