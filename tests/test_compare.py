@@ -373,8 +373,108 @@ def test_all_pairs_of_one_studys_recipes_are_holm_corrected(
     assert "3 comparisons" in out and out.count("Holm") == 4
     assert "better - base" in out and "same - base" in out and "better - same" in out
     rows = [line for line in out.splitlines() if line.startswith("  ") and "Holm" in line]
-    assert [line.endswith(": differ") for line in rows] == [
+    assert [line.endswith(": differ, better ahead") for line in rows] == [
         False,
         True,
         True,
     ]
+
+
+# --- the metric's direction -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def error_rate(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A lower-is-better metric, faked through the metric table."""
+    from suite.config import task
+
+    monkeypatch.setattr(task, "LOWER_IS_BETTER", {"error_rate"})
+    return "error_rate"
+
+
+def _mirrored(records: list, metric: str) -> list:
+    return [{**r, "metric": metric, "score": -r["score"]} for r in records]
+
+
+def test_a_lower_is_better_metric_mirrors_every_verdict(error_rate: str) -> None:
+    """The runs of a higher-is-better metric, and the same runs with their scores negated under a
+    lower-is-better one, must give the same verdicts (the same side ahead, the same p) and
+    differences of the opposite sign."""
+    effect = np.random.default_rng(5).normal(0, 0.02, 8)
+    noise = np.random.default_rng(6).normal(0, 0.004, 8)
+    a = [{**r, "metric": "accuracy"} for r in _study({100: 0.60}, 1e-4, 8, 0.0, effect)]
+    b = [{**r, "metric": "accuracy"} for r in _study({100: 0.60}, 3e-5, 8, 0.02, effect + noise)]
+    high, low = compare(a, b), compare(_mirrored(a, error_rate), _mirrored(b, error_rate))
+    assert high["higher_is_better"] and not low["higher_is_better"]
+    (h,), (lo,) = high["blocks"], low["blocks"]
+    hv, lv = h["verdicts"], lo["verdicts"]
+    assert hv["outperform"]["better"] == lv["outperform"]["better"] == "B"
+    assert lv["outperform"]["p_a_beats_b"] == hv["outperform"]["p_a_beats_b"]
+    assert lv["outperform"]["interval"] == hv["outperform"]["interval"]
+    assert hv["aso"]["better"] == lv["aso"]["better"] == "B"
+    assert lv["aso"]["epsilon_min"] == pytest.approx(hv["aso"]["epsilon_min"])
+    hm, lm = hv["multibootstrap"], lv["multibootstrap"]
+    assert lm["estimate"] == pytest.approx(-hm["estimate"]) and hm["estimate"] > 0
+    assert lm["interval"] == pytest.approx([-hm["interval"][1], -hm["interval"][0]])
+    assert lm["p_one_sided"] == hm["p_one_sided"] < 0.05  # B is better in both
+    assert lo["paired"]["test"]["p"] == pytest.approx(h["paired"]["test"]["p"])
+    text = format_comparison(low, ("A", "B"), error_rate)
+    assert "error_rate (lower is better)" in text and "p(B - A >= 0)" in text
+    # the metric table decides: the same negated runs under a higher-is-better name put A ahead
+    plain = compare(_mirrored(a, "loss_like"), _mirrored(b, "loss_like"))["blocks"][0]["verdicts"]
+    assert plain["outperform"]["better"] == plain["aso"]["better"] == "A"
+    assert plain["multibootstrap"]["p_one_sided"] > 0.95
+
+
+def test_a_matrix_names_the_side_ahead_by_the_metrics_direction(error_rate: str) -> None:
+    from suite.stats.matrix import compare_matrix
+
+    effect = np.random.default_rng(1).normal(0, 0.02, 8)
+    sides = [("A", 0.0), ("C", 0.05)]
+    high = [(n, [{**r, "metric": "accuracy"} for r in _study({100: 0.6}, lr, 8, s, effect)])
+            for (n, s), lr in zip(sides, (1e-4, 2e-5), strict=True)]  # fmt: skip
+    low = [(n, _mirrored(runs, error_rate)) for n, runs in high]
+    (h,), (lo,) = compare_matrix(high)["rows"], compare_matrix(low)["rows"]
+    assert h["better"] == lo["better"] == "C" and h["differ"] and lo["differ"]
+    assert lo["estimate"] == pytest.approx(-h["estimate"]) and lo["p_holm"] == h["p_holm"]
+
+
+def test_macro_f1_keeps_the_tasks_classes_on_a_sample_missing_one(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """Three classes; the evaluation sample holds no example of class 2 and no run predicts it.
+    The Multi-Bootstrap's F1 is then the macro F1 over the task's three classes (class 2 scores 0),
+    as the runs' own scores are, never the binary F1 of the two classes it sees."""
+    from suite.model.metrics import classification_scores
+    from suite.stats.compare import class_count
+
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 2, 80)
+
+    def side(skill: float, lr: float) -> list:
+        out = []
+        for r in _study({100: 0.0}, lr, 6):
+            pred = np.where(rng.random(80) < skill, labels, 1 - labels)
+            per = {"label": labels.tolist(), "prediction": pred.tolist()}
+            score = classification_scores(["f1"], labels, pred, num_labels=3)["f1"]  # the run's own
+            out.append({**r, "metric": "f1", "per_example": per, "score": score})
+        return out
+
+    a, b = side(0.6, 1e-4), side(0.8, 3e-5)
+    info = {"task": {"head": "classification", "labels": ["x", "y", "z"], "metric": {"main": "f1"}}}
+    assert class_count(info) == 3 and class_count({"task": {"head": "tagging", "labels": ["PER"]}}) is None
+    mb = compare(a, b, num_labels=class_count(info))["blocks"][0]["verdicts"]["multibootstrap"]
+    expected = np.mean([r["score"] for r in b]) - np.mean([r["score"] for r in a])  # sklearn, 3 classes
+    assert mb["n_examples"] == 80 and mb["estimate"] == pytest.approx(expected)
+    binary = compare(a, b)["blocks"][0]["verdicts"]["multibootstrap"]  # classes inferred from the sample
+    inferred = [classification_scores(["f1"], labels, np.array(r["per_example"]["prediction"]), 2)["f1"]
+                for r in b + a]  # fmt: skip
+    assert binary["estimate"] == pytest.approx(np.mean(inferred[:6]) - np.mean(inferred[6:]))
+    assert abs(binary["estimate"] - expected) > 0.01
+    # `suite compare` passes the task's classes from run.json
+    classes = {"head": "classification", "labels": ["x", "y", "z"], "metric": {"main": "f1"}}
+    run_a, run_b = (_write_run(tmp_path / k, side, **classes) for k, side in (("a", a), ("b", b)))
+    assert main(["compare", str(run_a), str(run_b)]) == 0
+    assert "Multi-Bootstrap (6 seed-paired runs" in (out := capsys.readouterr().out)
+    assert f"B - A {100 * expected:+.2f} [" in out
+    other = _write_run(tmp_path / "c", b, **(classes | {"labels": ["x", "y"]}))
+    assert main(["compare", str(run_a), str(other)]) == 2
+    assert "differ in task.labels" in capsys.readouterr().err

@@ -441,3 +441,17 @@ def test_one_sided_p_counts_ties_and_is_floored_at_one_over_nboot() -> None:
     delta = np.diff(multibootstrap_replicates(a, b, nboot=100)["replicates"], axis=1)
     assert (delta > 0).all() and better["p_one_sided"] == 1 / 100
     assert better["p_margin"] == np.mean(delta >= 0.1) and 0 < better["p_margin"] < 1
+
+
+def test_a_lower_is_better_metric_reads_p_and_the_margin_on_the_improvement() -> None:
+    """Replicates negated and read as lower-is-better give the p and margin probability of the
+    plain ones (B's improvement is A - B there), and the interval of the opposite sign."""
+    rng = np.random.default_rng(8)
+    rep_a, rep_b = rng.normal(0.60, 0.02, (3, 400)), rng.normal(0.62, 0.02, (3, 400))
+    high = summarise(rep_a, rep_b, margin=0.01)
+    low = summarise(-rep_a, -rep_b, margin=0.01, higher_is_better=False)
+    for key in ("p_one_sided", "p_at_least_zero", "p_margin"):
+        assert np.array_equal(high[key], low[key]), key
+    assert np.allclose(low["interval"], -high["interval"][:, ::-1])
+    by_hand = np.maximum(((rep_b - rep_a) <= 0).mean(-1), 1 / 400)
+    assert np.array_equal(high["p_one_sided"], by_hand) and (high["p_one_sided"] < 0.5).all()

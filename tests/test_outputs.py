@@ -96,6 +96,37 @@ def test_an_eval_limit_entry_adds_its_sampling_error_to_the_gap_test(
     assert sorted(passed) == [0, 0, sub["eval_sd"]]
 
 
+def _lower_is_better(folder: Path, metric: str) -> Path:
+    """The run folder's runs with their scores negated under a lower-is-better metric; run.json
+    keeps the direction a spec once gave (`higher_is_better: true`): the metric decides."""
+    info = json.loads((folder / "run.json").read_text())
+    info["task"]["metric"] = {"main": metric, "extra": [], "higher_is_better": True}
+    (folder / "run.json").write_text(json.dumps(info))
+    records = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
+    flipped = [r | {"score": -r["score"], "baseline": -r["baseline"]} for r in records]
+    (folder / "trials.jsonl").write_text("".join(json.dumps(r) + "\n" for r in flipped))
+    return folder
+
+
+def test_a_lower_is_better_metric_ranks_the_lowest_first(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The same studies with negated scores under a lower-is-better metric (faked through the metric
+    table) rank in the same order: the entry with the lowest median first."""
+    from suite.config import task
+
+    monkeypatch.setattr(task, "LOWER_IS_BETTER", {"error_rate"})
+    centres = {"weak": 0.55, "best": 0.8, "middle": 0.7}
+    order = {}
+    for name in ("accuracy", "error_rate"):
+        folders = [write_run(tmp_path / name / m, "rte", m, c, i) for i, (m, c) in enumerate(centres.items())]
+        if name == "error_rate":
+            folders = [_lower_is_better(f, name) for f in folders]
+        entries = write_leaderboard(folders, tmp_path / f"{name}.json")["entries"]
+        order[name] = [(e["model"], e["setting"]["lr"], e["rank"]) for e in entries]
+        assert {e["higher_is_better"] for e in entries} == {name == "accuracy"}
+    assert order["accuracy"] == order["error_rate"]
+    assert [m for m, _, rank in order["accuracy"] if rank == 1] == ["best"]
+
+
 @pytest.mark.parametrize(
     "edit, field",
     [
@@ -149,6 +180,39 @@ def test_report_executes_with_every_figure(finished_run: Path, capsys) -> None: 
     assert not [o for o in outputs if o.get("output_type") == "error"]
     html = (finished_run / "report.html").read_text()
     assert html.count("<img") >= 3 and "across seeds" in html
+
+
+@pytest.mark.parametrize("error", ["timeout", "dead kernel", "no kernel"])
+def test_a_report_whose_kernel_times_out_or_dies_is_one_line(
+    tmp_path: Path,
+    monkeypatch,
+    capsys,
+    error: str,  # noqa: ANN001
+) -> None:
+    """nbclient's timeout and dead-kernel errors (and a missing kernel) are one line, exit 2, and
+    no report is written."""
+    import nbclient
+    from jupyter_client.kernelspec import NoSuchKernel
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    raised = {
+        "timeout": CellTimeoutError("A cell timed out while it was being executed, after 600 seconds.\nThe"),
+        "dead kernel": DeadKernelError("Kernel died"),
+        "no kernel": NoSuchKernel("python3"),
+    }[error]
+
+    def execute(self, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        raise raised
+
+    monkeypatch.setattr(nbclient.NotebookClient, "execute", execute)
+    run = write_run(tmp_path / "run", grid=ONE_SETTING)
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1 and err.startswith("error: variance_report.ipynb: ") and "Traceback" not in err
+    )
+    assert {"timeout": "timeout", "dead kernel": "kernel died", "no kernel": "no 'python3'"}[error] in err
+    assert not (run / "report.ipynb").exists() and not (run / "report.html").exists()
 
 
 def test_compare_detects_a_shift() -> None:

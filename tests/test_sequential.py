@@ -292,7 +292,7 @@ def test_decided_reports_and_words_the_verdict() -> None:
     found = sq.decided(a, b, 4, 7)
     assert found["decided"] and found["stop"] and found["look"] == 4 and found["alpha_used"] == 0.05 / 7
     assert found["verdict"].startswith("decided at look 4 of 7: B - A in [") and found["verdict"].endswith(
-        "] points"
+        "] points, B ahead"
     )
     same = sq.decided(a, seeded_apart(np.array([[r["score"] for r in a]])), 2, 7)
     assert not same["decided"] and not same["stop"] and same["verdict"].endswith("; continue")
@@ -305,3 +305,46 @@ def test_decided_reports_and_words_the_verdict() -> None:
     )
     with pytest.raises(ValueError):
         sq.decided(a, b, 8, 7)
+
+
+KEYS = ("decided", "better", "stop")
+
+
+def _negated(records: list[dict]) -> list[dict]:
+    return [r | {"score": -r["score"]} for r in records]
+
+
+def test_a_lower_is_better_metric_mirrors_the_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same runs with their scores negated, read as lower-is-better, give the same decisions
+    and the same side ahead at every look, and intervals of the opposite sign; `--until-decided`
+    (the recipes against their reference) too."""
+    from suite.commands.until import _decided
+    from suite.config import task
+
+    monkeypatch.setattr(task, "LOWER_IS_BETTER", {"error_rate"})
+    rng = np.random.default_rng(11)
+    ya, yb = rng.normal(0.80, 0.01, (1, 9)), rng.normal(0.83, 0.01, (1, 9))
+    a = independent_records(ya)
+    for b in (independent_records(yb), seeded_apart(yb)):  # paired, then unpaired
+        for look in range(1, 8):
+            xa, xb = a[: 2 + look], b[: 2 + look]
+            high = sq.decided(xa, xb, look, 7)
+            low = sq.decided(_negated(xa), _negated(xb), look, 7, higher_is_better=False)
+            assert [high[k] for k in KEYS] == [low[k] for k in KEYS]
+            if high["interval"]:
+                assert low["interval"] == pytest.approx([-high["interval"][1], -high["interval"][0]])
+        assert high["decided"] and high["better"] == "B"
+
+    def study(metric: str, sign: float) -> list[dict]:
+        fields = {"metric": metric, "size": 100, "outcome": "succeeded"}
+        return [
+            r | fields | {"score": sign * r["score"], "trial_number": k, "hparams": {"recipe": name}}
+            for name, y in (("base", ya), ("better", yb))
+            for k, r in enumerate(independent_records(y))
+        ]
+
+    high = _decided(study("accuracy", 1), [3, 5, 9], 9, {}, True)
+    low = _decided(study("error_rate", -1), [3, 5, 9], 9, {}, task.higher_is_better("error_rate"))
+    assert high["stop"] and low["stop"]
+    assert high["verdict"].startswith("better (B) vs base (A): decided at look")
+    assert high["verdict"].endswith("B ahead") and low["verdict"].endswith("B ahead")

@@ -224,6 +224,30 @@ def test_site_of_a_bad_leaderboard_is_one_line(tmp_path: Path, capsys) -> None: 
     assert not (tmp_path / "site").exists()
 
 
+@pytest.mark.parametrize("where", ["file", "inside a file", "index.html a folder"])
+def test_site_into_a_file_is_one_line_and_writes_nothing(
+    leaderboards: list[Path],
+    tmp_path: Path,
+    capsys,
+    where: str,  # noqa: ANN001
+) -> None:
+    """`-o` naming an existing file (or a path through one): one line, exit 2, the file untouched."""
+    taken = tmp_path / "taken"
+    taken.write_text("keep me")
+    out = {"file": taken, "inside a file": taken / "site", "index.html a folder": tmp_path / "site"}[where]
+    if where == "index.html a folder":
+        (out / "index.html").mkdir(parents=True)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(["site", *map(str, leaderboards), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: -o {out}: ") and "Traceback" not in err
+    assert "is a file, not a folder" in err or "is a folder, not the page" in err
+    assert (
+        taken.read_text() == "keep me"
+        and sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    )
+
+
 def test_site_reranks_entries_across_files(leaderboards: list[Path], tmp_path: Path) -> None:
     """Each file ranks its own entries; the page ranks all of them together within the rank
     groups (one rank 1 per group) and names each row's file."""

@@ -106,3 +106,60 @@ def test_the_bundled_alias_declares_its_head_and_the_study_records_the_concrete_
     assert with_model_head(task, "roberta-base").classifier == "auto"
     explicit = TaskSpec.model_validate({**task.model_dump(), "classifier": "cls"})
     assert with_model_head(explicit, "minilm-l6").classifier == "cls"
+
+
+@pytest.fixture
+def error_rate(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A lower-is-better classification metric, faked through the metric table."""
+    from suite.config import task
+
+    known = task.METRICS_BY_HEAD["classification"]
+    monkeypatch.setattr(task, "LOWER_IS_BETTER", {"error_rate"})
+    monkeypatch.setitem(task.METRICS_BY_HEAD, "classification", {*known, "error_rate"})
+    return "error_rate"
+
+
+def _metric(tmp_path: Path, name: str, **fields: object) -> Path:
+    folder = tmp_path / f"{name}-{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    return _edited(folder, REPO / "tasks/rte.yaml", lambda r: r.update(metric={"main": name, **fields}))
+
+
+def test_the_direction_is_the_metrics_and_a_disagreeing_field_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture, error_rate: str
+) -> None:
+    """Left out, the direction is filled in from the metric (so a spec that still carries the
+    agreeing value is the same spec); a value that disagrees is one line naming file and field."""
+    rte = REPO / "tasks/rte.yaml"
+    given = load_task(_metric(tmp_path, "accuracy", higher_is_better=True))  # as older specs carry it
+    left_out = load_task(_metric(tmp_path, "accuracy"))
+    assert left_out.metric == given.metric and left_out.metric.higher_is_better
+    assert load_task(_metric(tmp_path, error_rate)).metric.higher_is_better is False
+    for name, given in (("accuracy", False), (error_rate, True)):
+        flipped = _metric(tmp_path, name, higher_is_better=given)
+        assert main(["validate", str(flipped)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(flipped) in err and "field 'metric.higher_is_better'" in err
+        assert f"disagrees with {name}" in err
+    assert main(["validate", str(rte), "--set", "metric.higher_is_better=false"]) == 2
+    assert "field 'metric.higher_is_better'" in capsys.readouterr().err
+
+
+def test_the_failure_rule_follows_the_metrics_direction(tmp_path: Path, error_rate: str) -> None:
+    """A lower-is-better metric fails at or above the trivial baseline (less the margin) and above
+    its threshold: judged on negated scores, it gives what a score gets on the plain ones."""
+    from suite.config.task import FailureSpec
+    from suite.heads.registry import PreparedTask
+    from suite.training.trial import judge
+
+    high, low = load_task(_metric(tmp_path, "accuracy")), load_task(_metric(tmp_path, error_rate))
+    rules = [
+        (FailureSpec(margin=0.02), FailureSpec(margin=0.02)),
+        (FailureSpec(rule="threshold", threshold=0.6), FailureSpec(rule="threshold", threshold=-0.6)),
+    ]
+    for rule_high, rule_low in rules:
+        h = PreparedTask(high.model_copy(update={"failure": rule_high}), None, None, None, {"accuracy": 0.55})
+        lo = PreparedTask(low.model_copy(update={"failure": rule_low}), None, None, None, {error_rate: -0.55})
+        for score in (0.4, 0.55, 0.56, 0.57, 0.58, 0.6, 0.61, 0.9):
+            assert judge(h, score)[0] == judge(lo, -score)[0], (rule_high, score)
+        assert judge(lo, -0.4)[0] is not None and judge(lo, -0.9) == (None, None)

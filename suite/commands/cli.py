@@ -321,11 +321,12 @@ def launch_of(args: argparse.Namespace) -> Launch:
 
 def compare_command(args: argparse.Namespace) -> None:
     from suite.stats.blocks import check_studies, parse_setting
-    from suite.stats.compare import compare, format_comparison, load_records
+    from suite.stats.compare import class_count, compare, format_comparison, load_records
 
     info_a, a = load_records(Path(args.run_a))
     metric = info_a.get("task", {}).get("metric", {}).get("main", "score")
     setting = parse_setting(args.setting)
+    classes = class_count(info_a)  # the task's classes decide F1 and Matthews
     if not args.run_b and args.all_pairs:
         from suite.stats.matrix import compare_matrix, format_matrix
         from suite.stats.recipes import recipe_of
@@ -336,7 +337,7 @@ def compare_command(args: argparse.Namespace) -> None:
                 f"{args.run_a}: --all-pairs compares the recipes of a study; it has {len(names)}"
             )
         studies = [(name, [x for x in a if recipe_of(x) == name]) for name in names]
-        print(format_matrix(compare_matrix(studies, size=args.size, setting=setting)))
+        print(format_matrix(compare_matrix(studies, size=args.size, setting=setting, num_labels=classes)))
         return
     if not args.run_b:
         from suite.stats.recipes import format_recipe_table, recipe_table
@@ -358,12 +359,12 @@ def compare_command(args: argparse.Namespace) -> None:
             info, records = load_records(Path(run))
             check_studies(info_a, info)
             studies.append((run, records))
-        print(format_matrix(compare_matrix(studies, size=args.size, setting=setting)))
+        print(format_matrix(compare_matrix(studies, size=args.size, setting=setting, num_labels=classes)))
         return
     info_b, b = load_records(Path(args.run_b[0]))
     check_studies(info_a, info_b)
     labels = (args.run_a, args.run_b[0])
-    result = compare(a, b, size=args.size, setting=setting)
+    result = compare(a, b, size=args.size, setting=setting, num_labels=classes)
     print(format_comparison(result, labels, metric))
     if args.plot:
         from suite.outputs.plots import compare_runs

@@ -38,7 +38,7 @@ def run_until(request: Request, halfwidth: float | None, decided: bool, max_runs
         if halfwidth is not None:
             answer = seq.precise_enough(_entries(records), halfwidth, max_runs)
         else:
-            answer = _decided(records, plan, n, s.sweep.references or {})
+            answer = _decided(records, plan, n, s.sweep.references or {}, s.task.metric.higher_is_better)
         print(f"until: {answer['verdict']}")
         if answer["stop"] or code != 0:  # a round with errored trials stops: rerun after the fix
             return code
@@ -104,21 +104,24 @@ def _planned_looks(s: Setup, max_runs: int) -> list[int]:
     return planned
 
 
-def _decided(records: list[dict[str, Any]], plan: list[int], n: int, references: dict[str, str]) -> dict:
+def _decided(
+    records: list[dict[str, Any]], plan: list[int], n: int, references: dict[str, str], higher: bool
+) -> dict:
     """Every recipe against its reference (its declared one, else the first recipe) per size and
-    setting, each at alpha / comparisons: decided when all are, stopping at the last planned look."""
+    setting, each at alpha / comparisons: decided when all are, stopping at the last planned look.
+    `higher`: the metric's direction (the spec's, which is the metric's own)."""
     pairs = []
     for group in recipe_groups(runs(records)).values():
         first = next(iter(group))
         for name in group:
             ref = references.get(name, first)
             if name != ref and ref in group:
-                pairs.append((name, group[ref], group[name]))
+                pairs.append((f"{name} (B) vs {ref} (A)", group[ref], group[name]))
     if not pairs:
         return {"stop": True, "verdict": "no recipe has runs of its reference to compare with"}
     look = max(1, sum(1 for k in plan if k <= n))
     alpha = seq.ALPHA / len(pairs)
-    results = [(name, seq.decided(a, b, look, len(plan), alpha)) for name, a, b in pairs]
+    results = [(name, seq.decided(a, b, look, len(plan), alpha, higher)) for name, a, b in pairs]
     done = all(r["decided"] for _, r in results)
     lines = "; ".join(f"{name}: {r['verdict']}" for name, r in results)
     return {"stop": done or look >= len(plan), "verdict": lines}

@@ -27,6 +27,15 @@ METRICS_BY_HEAD: dict[str, set[str]] = {
     "tagging": {"entity_f1", "entity_f1_strict", "precision", "recall"},
     "span": {"exact_match", "f1"},
 }
+# The metrics where a lower value is better (a loss, an error rate). Every metric a head computes
+# today is a score or a correlation, so none is; the direction of a metric is never the user's to
+# choose: the failure rule, the leaderboard order and every comparison read it from here.
+LOWER_IS_BETTER: set[str] = set()
+
+
+def higher_is_better(metric: str | None) -> bool:
+    """The direction of a metric by its name (an unnamed or unknown one is a score)."""
+    return metric not in LOWER_IS_BETTER
 
 
 def _size(value: Any) -> int | str:
@@ -118,7 +127,25 @@ def _check_pattern(pattern: str) -> None:
 class MetricSpec(Strict):
     main: str
     extra: list[str] = []
-    higher_is_better: Bool = True
+    higher_is_better: Bool = Field(True, description="the main metric's own direction (filled in)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _direction(cls, raw: Any) -> Any:
+        """The direction is the metric's: filled in from `main`; a value given must agree (specs
+        written when it was a choice carry it, and their fingerprints keep it)."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("main"), str):
+            return raw
+        own = higher_is_better(raw["main"])
+        given = raw.get("higher_is_better", own)
+        if isinstance(given, bool) and given != own:
+            better = "higher" if own else "lower"
+            raise FieldError(
+                "higher_is_better",
+                f"{str(given).lower()} disagrees with {raw['main']}, where {better} is better: the "
+                "direction is the metric's (leave the field out)",
+            )
+        return raw if "higher_is_better" in raw else {**raw, "higher_is_better": own}
 
 
 class FailureSpec(Strict):

@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 
 from suite import __version__
+from suite.config.task import higher_is_better
 from suite.errors import SuiteError
 from suite.provenance import git_commit
 from suite.stats.comparability import (
@@ -142,7 +143,7 @@ def _entry(
         "profile": info.get("profile"),
         "pruner": info["sweep"].get("pruner", {}).get("type", "none"),
         "metric": metric,
-        "higher_is_better": task["metric"]["higher_is_better"],
+        "higher_is_better": higher_is_better(metric),  # the metric's own, never a spec's choice
         "eval_split": terms["eval_split"],
         "baseline": {
             "value": records[0].get("baseline"),
@@ -286,9 +287,9 @@ def _plain(value: Any) -> Any:
 
 
 def _rank_key(e: dict[str, Any]) -> tuple:
-    s = e["summary"]
-    median = s["all"].get("median", float("-inf") if e["higher_is_better"] else float("inf"))
-    return (-median if e["higher_is_better"] else median, s["failure_rate"], s["all"].get("iqr", 0.0))
+    s, higher = e["summary"], higher_is_better(e["metric"])  # from the metric, also in files read back
+    median = s["all"].get("median", float("-inf") if higher else float("inf"))
+    return (-median if higher else median, s["failure_rate"], s["all"].get("iqr", 0.0))
 
 
 def rank(entries: list[dict[str, Any]]) -> None:

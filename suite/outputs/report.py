@@ -13,8 +13,9 @@ TEMPLATE = shipped_dir("analysis") / "variance_report.ipynb"  # shipped inside t
 
 def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) -> tuple[Path, Path]:
     import nbformat
+    from jupyter_client.kernelspec import NoSuchKernel
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
     from nbconvert import HTMLExporter
 
     from suite.outputs.leaderboard import write_leaderboard
@@ -38,6 +39,19 @@ def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) 
     except CellExecutionError as err:
         raise SuiteError(
             f"{template.name}: a report cell failed: {str(err).strip().splitlines()[-1]}"
+        ) from None
+    except CellTimeoutError:  # nbclient's own message spans the cell's source: one line here
+        raise SuiteError(
+            f"{template.name}: a report cell ran past the {timeout_s} s timeout; no report written"
+        ) from None
+    except DeadKernelError:
+        raise SuiteError(
+            f"{template.name}: the Jupyter kernel died while running the report (out of memory?); "
+            "no report written"
+        ) from None
+    except NoSuchKernel:
+        raise SuiteError(
+            f"{template.name}: no 'python3' Jupyter kernel is installed (pip install ipykernel)"
         ) from None
     executed = run_dir / "report.ipynb"
     nbformat.write(notebook, executed)

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from suite.errors import SuiteError
 from suite.outputs.leaderboard import rank, read_leaderboard
 
 WIDTH, HEIGHT, PAD = 220, 34, 6  # the distribution plot, in px
@@ -241,14 +242,30 @@ def render(rows: list[dict[str, Any]], sources: list[str], aggregates: Sequence[
     )
 
 
+def _check_folder(out: Path) -> None:
+    """`-o` names a folder for index.html: a file there (or on its way) is refused in one line,
+    before anything is read or written."""
+    for where in (out, *out.parents):
+        if where.exists():
+            if not where.is_dir():
+                raise SuiteError(f"-o {out}: {where} is a file, not a folder")
+            break
+    if (out / "index.html").is_dir():
+        raise SuiteError(f"-o {out}: {out / 'index.html'} is a folder, not the page")
+
+
 def write_site(paths: list[Path], out: Path) -> Path:
     """Write `out/index.html` for the given leaderboards; returns its path."""
     from suite.study.storage import write_atomic
 
+    _check_folder(out)
     documents = _read(paths)
     rows = build_rows(paths, documents)
     aggregates = build_aggregates(paths, documents)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # an unwritable parent
+        raise SuiteError(f"-o {out}: cannot make the folder ({err.strerror or err})") from None
     page = out / "index.html"
     write_atomic(page, render(rows, [p.name for p in paths], aggregates))
     return page

@@ -28,6 +28,7 @@ the first grid point (t = dt) out of the violation integral but not out of W2^2,
 directions do not add up to 1; here both integrals run over the same points (the difference is at
 most one grid point's share). Cross-checked against deepsig's `aso` on fixtures (tests/test_aso.py).
 
+A lower-is-better metric's scores are negated first, so "worse" is always the metric's worse.
 Runs are treated as independent draws of each arm's score distribution; runs that share seeds
 (a crossed grid, several subsample seeds) are not resampled by their design here.
 
@@ -46,7 +47,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from suite.stats.paired import finite_scores
+from suite.stats.paired import finite_scores, oriented
 
 Record = dict[str, Any]
 TAU = 0.2
@@ -157,15 +158,17 @@ def aso(
     nboot: int = NBOOT,
     seed: int = 0,
     dt: float = DT,
+    higher_is_better: bool = True,
 ) -> dict[str, Any]:
     """ASO both ways from one bootstrap. `a`, `b`: records (their finite scores) or score arrays;
     `comparisons`: tests made together, the confidence of each raised to Bonferroni's 1 - (1 -
-    confidence) / comparisons. Shape: {epsilon_min (A over B), epsilon_min_b_over_a, violation_ratio,
-    tau, confidence (as used), comparisons, verdict, better ("A" | "B" | None), decidable, n_a, n_b,
-    method, note}."""
+    confidence) / comparisons; `higher_is_better`: the metric's direction (a side is worse where its
+    quantiles are lower, or higher where lower is better). Shape: {epsilon_min (A over B),
+    epsilon_min_b_over_a, violation_ratio, tau, confidence (as used), comparisons, verdict, better
+    ("A" | "B" | None), decidable, n_a, n_b, higher_is_better, method, note}."""
     if not 0 < tau <= 0.5:
         raise ValueError(f"tau must lie in (0, 0.5], got {tau}")
-    xa, xb = finite_scores(a), finite_scores(b)
+    xa, xb = finite_scores(oriented(a, higher_is_better)), finite_scores(oriented(b, higher_is_better))
     used = bonferroni_confidence(comparisons, 1 - confidence)
     out: dict[str, Any] = {
         "tau": tau,
@@ -173,6 +176,7 @@ def aso(
         "comparisons": comparisons,
         "n_a": int(xa.size),
         "n_b": int(xb.size),
+        "higher_is_better": higher_is_better,
         "method": f"ASO violation ratio, {nboot} bootstrap replicates, normal upper bound",
     }
     if min(xa.size, xb.size) < MIN_RUNS:

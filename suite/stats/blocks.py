@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from suite.config.task import higher_is_better
 from suite.errors import SuiteError
 
 Record = dict[str, Any]
@@ -23,6 +24,7 @@ _MISSING = object()
 STUDY_FIELDS = (
     "task.name",
     "task.metric.main",
+    "task.labels",  # the classes F1 and Matthews are computed over
     "task.eval_split",
     "task.eval_limit",
     "task.qa.eval_pool",
@@ -82,6 +84,20 @@ def check_records(a: Sequence[Record], b: Sequence[Record]) -> None:
         vb = {json.dumps(r.get(field), sort_keys=True) for r in b}
         if va != vb and not (field != "eval_set" and ("null" in va or "null" in vb)):
             raise _refuse(field, json.loads(min(va)), json.loads(min(vb)))
+
+
+def direction(*sides: Sequence[Record]) -> bool:
+    """Whether a higher score is better, from the runs' metric (never a user's setting); the runs
+    compared share one metric (`check_records`)."""
+    names = sorted({r["metric"] for side in sides for r in side if r.get("metric")})
+    return all(higher_is_better(name) for name in names)
+
+
+def ahead(b_minus_a: float, higher: bool) -> str | None:
+    """The side ("A" | "B") a difference B - A puts ahead by the metric's direction; None at 0."""
+    if b_minus_a == 0:
+        return None
+    return "B" if (b_minus_a > 0) == higher else "A"
 
 
 def _values(group: Sequence[Record], key: str) -> set[str]:

@@ -45,6 +45,15 @@ def load_records(run_dir: Path) -> tuple[dict[str, Any], list[Record]]:
     return info, runs(records)
 
 
+def class_count(info: dict[str, Any]) -> int | None:
+    """The task's classes (its `labels`) from a run folder's run.json: F1 (binary or macro) and
+    Matthews are computed over them, never over the classes a dev sample happens to hold. None for
+    regression and for tagging (its labels are entity types, not classes)."""
+    task = info.get("task") or {}
+    labels = task.get("labels")
+    return len(labels) if labels and task.get("head", "classification") == "classification" else None
+
+
 def scored_values(records: list[Record]) -> np.ndarray:
     return np.array([r["score"] for r in records if r.get("score") is not None and np.isfinite(r["score"])])
 
@@ -201,13 +210,16 @@ def _side(records: list[Record], x: np.ndarray, seed: int) -> dict[str, Any]:
     }
 
 
-def compare_block(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, Any]:
-    """B against A within one (size, setting). Shape: {a, b: spread + failure_rate, failure_rate_ci95,
-    median_ci95, unit; design ("runs" | "seed units"), median_diff, iqr_diff, failure_rate_diff;
-    mann_whitney, permutation_median, mean_shift, brown_forsythe, failures: tests, each {name, method,
-    decidable, p (None unless decidable), min_p, runs_needed, note}, or None where the design has no
-    such test; hodges_lehmann {estimate, ci95, unit, method, note} or None; paired (see `paired`) or
-    None; verdicts: the field's (suite.stats.verdicts); note: why there are no tests}."""
+def compare_block(
+    a: list[Record], b: list[Record], seed: int = 0, num_labels: int | None = None
+) -> dict[str, Any]:
+    """B against A within one (size, setting); the verdicts take the metric's direction from the
+    runs' metric and the task's classes from `num_labels`. Shape: {a, b: spread + failure_rate,
+    failure_rate_ci95, median_ci95, unit; design ("runs" | "seed units"), median_diff, iqr_diff,
+    failure_rate_diff; mann_whitney, permutation_median, mean_shift, brown_forsythe, failures: tests,
+    each {name, method, decidable, p (None unless decidable), min_p, runs_needed, note}, or None where
+    the design has no such test; hodges_lehmann {estimate, ci95, unit, method, note} or None; paired
+    (see `paired`) or None; verdicts: the field's (suite.stats.verdicts); note: why no tests}."""
     xa, xb = scored_values(a), scored_values(b)
     sides = {"a": _side(a, xa, seed), "b": _side(b, xb, seed)}
     out: dict[str, Any] = {
@@ -231,19 +243,25 @@ def compare_block(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, 
         | {
             "brown_forsythe": spread_test(a, b, seed),
             "paired": paired(a, b, seed),
-            "verdicts": verdicts(a, b, seed),
+            "verdicts": verdicts(a, b, seed, bk.direction(a, b), num_labels),
         }
     )
 
 
 def compare(
-    a: list[Record], b: list[Record], seed: int = 0, size: str | None = None, setting: dict | None = None
+    a: list[Record],
+    b: list[Record],
+    seed: int = 0,
+    size: str | None = None,
+    setting: dict | None = None,
+    num_labels: int | None = None,
 ) -> dict[str, Any]:
     """B against A per shared (size, setting) block. Shape: {blocks: [{block (label), size, setting
     (the matched hyperparameters), **compare_block}], compared: {hyperparameter: [A's, B's]} (constant
     within each study, different between: what is compared), matched_on: [hyperparameters a block is
-    matched on], only_a, only_b: [labels of blocks on one side only]}. `size`, `setting`: pick blocks
-    (`--size`, `--setting`)."""
+    matched on], only_a, only_b: [labels of blocks on one side only], higher_is_better (the runs'
+    metric's direction)}. `size`, `setting`: pick blocks (`--size`, `--setting`); `num_labels`: the
+    task's classes (`class_count`)."""
     bk.check_records(a, b)
     keys, compared = bk.varying([a, b]), bk.differing([a, b])
     in_a, in_b = bk.split(a, keys), bk.split(b, keys)
@@ -256,7 +274,7 @@ def compare(
     hparams = {blk: _own(in_a[blk][0], compared) for blk in shared}
     found = [
         {"block": bk.label(blk), "size": in_a[blk][0].get("size"), "setting": json.loads(blk[1])}
-        | compare_block(in_a[blk], in_b[blk], seed)
+        | compare_block(in_a[blk], in_b[blk], seed, num_labels)
         for blk in bk.select(shared, size, setting, hparams, compared)
     ]
     return {
@@ -265,6 +283,7 @@ def compare(
         "matched_on": keys,
         "only_a": [bk.label(blk) for blk in in_a if blk not in in_b],
         "only_b": [bk.label(blk) for blk in in_b if blk not in in_a],
+        "higher_is_better": bk.direction(a, b),
     }
 
 
@@ -303,7 +322,8 @@ def _shift_text(hl: dict[str, Any], what: str) -> str:
 
 
 def _header(result: dict[str, Any], labels: tuple[str, str], metric: str) -> list[str]:
-    lines = [f"{metric} x100, dev; A = {labels[0]}, B = {labels[1]}; spread and tests across seeds"]
+    lower = "" if result.get("higher_is_better", True) else " (lower is better)"
+    lines = [f"{metric}{lower} x100, dev; A = {labels[0]}, B = {labels[1]}; spread and tests across seeds"]
     diff = "; ".join(
         f"{k} (A {bk.fmt_value(v[0])}, B {bk.fmt_value(v[1])})" for k, v in result["compared"].items()
     )

@@ -11,6 +11,7 @@ from typing import Any
 from statsmodels.stats.multitest import multipletests
 
 from suite.errors import SuiteError
+from suite.stats.blocks import ahead
 from suite.stats.compare import compare
 
 Record = dict[str, Any]
@@ -22,13 +23,16 @@ def compare_matrix(
     seed: int = 0,
     size: str | None = None,
     setting: dict | None = None,
+    num_labels: int | None = None,
 ) -> dict[str, Any]:
-    """{rows: [{a, b, block, estimate, interval, paired, p_two_sided, p_holm, differ}], comparisons,
-    method, skipped: [why a pair had no shared block]}; differences are B - A on the score scale."""
+    """{rows: [{a, b, block, estimate, interval, paired, p_two_sided, p_holm, differ, better (the
+    name of the study ahead, by the metric's direction, where they differ)}], comparisons, method,
+    skipped: [why a pair had no shared block]}; differences are B - A on the score scale.
+    `num_labels`: the task's classes (`compare.class_count`)."""
     rows, skipped = [], []
     for (name_a, a), (name_b, b) in combinations(studies, 2):
         try:
-            found = compare(a, b, seed=seed, size=size, setting=setting)
+            found = compare(a, b, seed=seed, size=size, setting=setting, num_labels=num_labels)
         except SuiteError as err:
             skipped.append(f"{name_a} vs {name_b}: {err}")
             continue
@@ -46,13 +50,15 @@ def compare_matrix(
                     "estimate": mb["estimate"],
                     "interval": mb["interval"],
                     "paired": mb["paired"],
+                    "higher_is_better": found["higher_is_better"],
                     "p_two_sided": mb["p_two_sided"],  # 2 x the smaller tail, ties in both: equal arms give 1
                 }
             )
     if rows:
         reject, adjusted, _, _ = multipletests([r["p_two_sided"] for r in rows], alpha=ALPHA, method="holm")
         for row, p, differ in zip(rows, adjusted, reject, strict=True):
-            row.update(p_holm=float(p), differ=bool(differ))
+            side = ahead(row["estimate"], row.pop("higher_is_better")) if differ else None
+            row.update(p_holm=float(p), differ=bool(differ), better={"A": row["a"], "B": row["b"]}.get(side))
     method = "Multi-Bootstrap (seeds x examples) per pair and block; Holm over every comparison"
     return {"rows": rows, "comparisons": len(rows), "method": method, "skipped": skipped}
 
@@ -61,7 +67,7 @@ def format_matrix(result: dict[str, Any]) -> str:
     lines = [f"{result['comparisons']} comparisons ({result['method']}), B - A in points:"]
     for r in result["rows"]:
         lo, hi = r["interval"]
-        verdict = "differ" if r["differ"] else "no difference shown"
+        verdict = "no difference shown" if not r["differ"] else f"differ, {r['better'] or 'neither'} ahead"
         lines.append(
             f"  {r['b']} - {r['a']} ({r['block']}, {'paired' if r['paired'] else 'unpaired'}): "
             f"{100 * r['estimate']:+.2f} [{100 * lo:+.2f}, {100 * hi:+.2f}], p {r['p_two_sided']:.3f}, "

@@ -13,7 +13,9 @@ Each replicate resamples the seed units and the dev examples jointly:
 
 Reported (`multibootstrap`): each arm's mean and percentile interval, the difference with its
 percentile interval, the one-sided p = the share of replicates with B - A <= 0 (floored at 1/nboot as
-in the reference: a bootstrap cannot see a smaller p), and with a margin P(B - A >= margin).
+in the reference: a bootstrap cannot see a smaller p), and with a margin P(B - A >= margin). Where the
+metric is lower-is-better both read on A - B: p is the share where B is not better, the margin an
+improvement.
 `estimate` and each arm's `mean` are the full-data values (every run, every example); the
 reference prints the replicates' mean instead, kept here as `bootstrap_mean`.
 
@@ -178,12 +180,15 @@ def summarise(
     rep_b: np.ndarray | None,
     alpha: float = 0.05,
     margin: float | None = None,
+    higher_is_better: bool = True,
 ) -> dict[str, Any]:
     """Percentile intervals and bootstrap p of replicates along the last axis (vectorised over
     leading axes): `interval` (..., 2) of B - A (of A alone when rep_b is None), `p_one_sided` the
-    share of replicates with B - A <= 0 floored at 1/nboot, `p_margin` P(B - A >= margin)."""
+    share of replicates where B is not better (B - A <= 0; A - B <= 0 where lower is better)
+    floored at 1/nboot, `p_margin` P(B better by at least margin)."""
     q = [alpha / 2, 1 - alpha / 2]
     delta = rep_a if rep_b is None else rep_b - rep_a
+    gain = delta if higher_is_better else -delta  # B's improvement over A
     nboot = delta.shape[-1]
     out: dict[str, Any] = {
         "interval": np.moveaxis(np.nanquantile(delta, q, axis=-1), 0, -1),
@@ -193,11 +198,11 @@ def summarise(
     }
     if rep_b is not None:
         valid = np.isfinite(delta)
-        out["p_one_sided"] = np.maximum((delta <= 0).sum(-1) / valid.sum(-1), 1 / nboot)
-        out["p_at_least_zero"] = np.maximum((delta >= 0).sum(-1) / valid.sum(-1), 1 / nboot)
+        out["p_one_sided"] = np.maximum((gain <= 0).sum(-1) / valid.sum(-1), 1 / nboot)
+        out["p_at_least_zero"] = np.maximum((gain >= 0).sum(-1) / valid.sum(-1), 1 / nboot)
         out["arm_intervals"] = [np.moveaxis(np.nanquantile(r, q, axis=-1), 0, -1) for r in (rep_a, rep_b)]
         if margin is not None:
-            out["p_margin"] = (delta >= margin).sum(-1) / valid.sum(-1)
+            out["p_margin"] = (gain >= margin).sum(-1) / valid.sum(-1)
     return out
 
 
@@ -329,25 +334,28 @@ def multibootstrap(
     alpha: float = 0.05,
     metric: str | None = None,
     num_labels: int | None = None,
+    higher_is_better: bool = True,
 ) -> dict[str, Any]:
     """The Multi-Bootstrap comparison of B against A (runs of one task, size and setting each).
 
     paired: None = automatic, paired when every scored run of each side has a partner with the
     same seeds on the other (at least 2 pairs); True = pair on the seeds both ran (the others are
     left out, as the reference does, and the note counts them); False = unpaired. metric: the
-    records' own `metric` when None. num_labels: for F1 (binary when 2, macro otherwise) and
-    Matthews; inferred from the labels and predictions when None.
+    records' own `metric` when None. num_labels: the task's classes, for F1 (binary when 2, macro
+    otherwise) and Matthews; None infers them from the labels and predictions seen, which turns
+    macro F1 binary on a dev sample that misses a class. higher_is_better: the metric's direction
+    (p and the margin read on B's improvement over A).
 
     Returns {estimate (B - A on the full data; A's mean when b is None), interval (percentile,
-    1 - alpha), p_one_sided (share of replicates with B - A <= 0, at least 1/nboot), p_margin
-    (P(B - A >= margin), or None), margin, paired, units (text), n_examples (None: examples not
-    resampled), arms {a, b: {mean, interval, runs}}, bootstrap_mean, nboot, alpha, metric, method,
-    note}.
+    1 - alpha), p_one_sided (share of replicates where B is not better, at least 1/nboot),
+    p_margin (P(B better by >= margin), or None), margin, paired, units (text), n_examples (None:
+    examples not resampled), arms {a, b: {mean, interval, runs}}, bootstrap_mean, nboot, alpha,
+    metric, higher_is_better, method, note}.
     """
     found = multibootstrap_replicates(a, b, nboot, seed, paired, metric, num_labels)
     reps, observed = found["replicates"], found["observed"]
     two = b is not None
-    summary = summarise(reps[:, 0], reps[:, 1] if two else None, alpha, margin)
+    summary = summarise(reps[:, 0], reps[:, 1] if two else None, alpha, margin, higher_is_better)
     if np.isnan(reps[:, : 1 + two]).any():
         found["notes"].append("some replicates drew no cell holding a run and were left out")
 
@@ -372,6 +380,7 @@ def multibootstrap(
         "nboot": nboot,
         "alpha": alpha,
         "metric": found["metric"],
+        "higher_is_better": higher_is_better,
         "method": METHOD if found["n_examples"] else f"Multi-Bootstrap, {SEEDS_ONLY}; percentile interval",
         "note": "; ".join(found["notes"]) or None,
     }

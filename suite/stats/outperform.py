@@ -6,7 +6,8 @@ P(A > B): over runs paired by their seeds (suite.stats.paired.pair_up), the shar
 scored higher; unpaired, the share of all (A run, B run) pairs (the Mann-Whitney U / AUC form). Ties
 count 1/2 either way, so P(B > A) = 1 - P(A > B) exactly. The two are different quantities when the
 seeds move both arms alike: pairing cancels the shared seed effect (a_i - b_i = delta + noise), the
-unpaired form compares a run of A with an unrelated run of B.
+unpaired form compares a run of A with an unrelated run of B. "Higher" is the metric's better: a
+lower-is-better metric's scores are negated first.
 
 Interval: percentile bootstrap at 1 - alpha (two-sided), resampling the pairs, or each arm on its own
 when unpaired. Runs that share seeds across runs (a crossed init x order grid, several subsample
@@ -47,7 +48,7 @@ import numpy as np
 from scipy import stats
 
 from suite.stats import decidable as dc
-from suite.stats.paired import finite_scores, pair_up, score
+from suite.stats.paired import finite_scores, oriented, pair_up, score
 from suite.stats.uncertainty import layout, resample
 
 Record = dict[str, Any]
@@ -164,13 +165,16 @@ def probability_of_outperforming(
     alpha: float = ALPHA,
     beta: float = BETA,
     paired: bool | None = None,
+    higher_is_better: bool = True,
 ) -> dict[str, Any]:
     """P(A > B) with its interval and verdict. `a`, `b`: records (one per run; paired automatically
     when at least 2 scored pairs share their seeds) or arrays of scores (unpaired unless `paired`,
-    then matched by position). Shape: {p_a_beats_b, interval (1 - alpha, of P(A > B); None when it
-    cannot decide), p_b_beats_a, interval_b_beats_a, better ("A" | "B" | None), verdict, decidable,
-    paired, n (pairs, or the smaller arm's runs), n_a, n_b, gamma, level, runs_needed_per_arm
-    (Noether), enough_runs (n >= that), method, unit, note}."""
+    then matched by position). `higher_is_better`: the metric's direction; "A > B" reads "A
+    outperforms B", a lower score where lower is better. Shape: {p_a_beats_b, interval (1 - alpha,
+    of P(A > B); None when it cannot decide), p_b_beats_a, interval_b_beats_a, better ("A" | "B" |
+    None), verdict, decidable, paired, n (pairs, or the smaller arm's runs), n_a, n_b, gamma, level,
+    runs_needed_per_arm (Noether), enough_runs (n >= that), higher_is_better, method, unit, note}."""
+    a, b = oriented(a, higher_is_better), oriented(b, higher_is_better)
     records = not isinstance(a, np.ndarray) and bool(len(a)) and isinstance(a[0], dict)
     pairs = None
     if records and paired is not False:
@@ -201,6 +205,7 @@ def probability_of_outperforming(
         "level": 1 - alpha,
         "runs_needed_per_arm": needed,
         "enough_runs": bool(n >= needed),
+        "higher_is_better": higher_is_better,
         "method": METHOD + (", pairs resampled" if is_paired else ", each arm resampled"),
         "unit": unit,
     }

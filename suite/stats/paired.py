@@ -54,6 +54,16 @@ def finite_scores(side: Sequence[Record] | np.ndarray) -> np.ndarray:
     return x[np.isfinite(x)]
 
 
+def oriented(side: Sequence[Record] | np.ndarray, higher_is_better: bool) -> Sequence[Record] | np.ndarray:
+    """The runs with their scores negated where the metric is lower-is-better, so that a higher
+    value always means a better run (for the verdicts that name the side that is ahead)."""
+    if higher_is_better:
+        return side
+    if isinstance(side, np.ndarray) or (len(side) and not isinstance(side[0], dict)):
+        return -np.asarray(side, dtype=float)
+    return [r if r.get("score") is None else {**r, "score": -r["score"]} for r in side]
+
+
 def failed(r: Record) -> float:
     return float(outcome(r) == "failed")
 

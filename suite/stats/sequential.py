@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from suite.stats.blocks import ahead
 from suite.stats.compare import exchangeable
 from suite.stats.exact import _signed_rank_cdf, _u_cdf
 from suite.stats.paired import differences, pair_up, score, unit_grid, unit_t, welch_t
@@ -263,15 +264,22 @@ def _shift(estimate: float | None, ci: list[float] | None, paired: bool, method:
 
 
 def decided(
-    a: Sequence[Record], b: Sequence[Record], look: int, n_looks: int, alpha: float = ALPHA
+    a: Sequence[Record],
+    b: Sequence[Record],
+    look: int,
+    n_looks: int,
+    alpha: float = ALPHA,
+    higher_is_better: bool = True,
 ) -> dict[str, Any]:
     """Whether B - A is decided at look `look` (1-based) of `n_looks` planned (`len(looks(...))`,
     fixed before the first look): its interval (`shift_interval`) at level 1 - alpha / n_looks
     excludes 0. The type-I error over all looks is then <= alpha (Bonferroni: module docstring).
+    `higher_is_better`: the metric's direction, which names the side ahead.
 
-    {decided, interval (points, B - A; None: none at this level and these runs), estimate
-    (points), alpha_used (this look's two-sided level), look, n_looks, paired, method, stop
-    (decided or the last look), reason, verdict}."""
+    {decided, better ("A" | "B", the side ahead once decided; else None), interval (points,
+    B - A; None: none at this level and these runs), estimate (points), alpha_used (this look's
+    two-sided level), look, n_looks, paired, method, stop (decided or the last look), reason,
+    verdict}."""
     if not 1 <= look <= n_looks:
         raise ValueError(f"look {look} is not among the {n_looks} planned")
     level = look_alpha(n_looks, alpha)
@@ -284,6 +292,7 @@ def decided(
         reason = f"the {1 - level:.1%} interval {'excludes' if done else 'contains'} 0"
     out: dict[str, Any] = {
         "decided": done,
+        "better": ahead(ci[0] if ci[0] > 0 else ci[1], higher_is_better) if done else None,
         "interval": None if ci is None else [POINTS * v for v in ci],
         "estimate": None if found["estimate"] is None else POINTS * found["estimate"],
         "alpha_used": level,
@@ -313,7 +322,7 @@ def verdict(result: dict[str, Any]) -> str:
         shown = f"B - A in [{ci[0]:.2f}, {ci[1]:.2f}] points" if ci else result["reason"]
         where = f"look {result['look']} of {result['n_looks']}"
         if result["decided"]:
-            return f"decided at {where}: {shown}"
+            return f"decided at {where}: {shown}, {result['better']} ahead"
         if result["stop"]:
             return f"budget spent: not decided at {where}: {shown}"
         return f"not decided at {where}: {shown}; continue"

@@ -30,12 +30,24 @@ Record = dict[str, Any]
 MIN_PAIRS, MIN_RUNS = 6, 4
 
 
-def verdicts(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, Any]:
-    """{multibootstrap, outperform, aso} of B against A (each {why} when it cannot run or decide)."""
+def verdicts(
+    a: list[Record],
+    b: list[Record],
+    seed: int = 0,
+    higher_is_better: bool = True,
+    num_labels: int | None = None,
+) -> dict[str, Any]:
+    """{multibootstrap, outperform, aso} of B against A (each {why} when it cannot run or decide),
+    and higher_is_better. `higher_is_better`: the metric's direction (which side each names as
+    ahead); `num_labels`: the task's classes, which the Multi-Bootstrap's F1 and Matthews need
+    (None: regression, or no classes to count)."""
+    hib = higher_is_better
     return {
-        "multibootstrap": _too_few(a, b) or _guarded(lambda: multibootstrap(a, b, seed=seed)),
-        "outperform": _guarded(lambda: probability_of_outperforming(a, b, seed=seed)),
-        "aso": _guarded(lambda: aso(a, b, seed=seed)),
+        "multibootstrap": _too_few(a, b)
+        or _guarded(lambda: multibootstrap(a, b, seed=seed, num_labels=num_labels, higher_is_better=hib)),
+        "outperform": _guarded(lambda: probability_of_outperforming(a, b, seed=seed, higher_is_better=hib)),
+        "aso": _guarded(lambda: aso(a, b, seed=seed, higher_is_better=hib)),
+        "higher_is_better": hib,
     }
 
 
@@ -66,15 +78,17 @@ def _guarded(compute: Any) -> dict[str, Any]:
 def verdict_lines(found: dict[str, Any]) -> list[str]:
     """One line per verdict (indented as `compare` prints its tests)."""
     mb, out, order = found["multibootstrap"], found["outperform"], found["aso"]
-    lines = ["  the field's verdicts (B - A; P and ASO name the side that is ahead):"]
+    higher = found.get("higher_is_better", True)
+    ahead = "the side that is ahead" + ("" if higher else ", the lower score")
+    lines = [f"  the field's verdicts (B - A; P and ASO name {ahead}):"]
     if "why" in mb:
         lines.append(f"    Multi-Bootstrap: {mb['why']}")
     else:
         lo, hi = mb["interval"]
         lines.append(
             f"    Multi-Bootstrap ({mb['units']}, {'paired' if mb['paired'] else 'unpaired'}): B - A "
-            f"{100 * mb['estimate']:+.2f} [{100 * lo:+.2f}, {100 * hi:+.2f}], one-sided p(B - A <= 0) "
-            f"{mb['p_one_sided']:.3f}"
+            f"{100 * mb['estimate']:+.2f} [{100 * lo:+.2f}, {100 * hi:+.2f}], one-sided "
+            f"p(B - A {'<=' if higher else '>='} 0) {mb['p_one_sided']:.3f}"
         )
     lines.append(f"    {'P(A > B): ' + out['why'] if 'why' in out else describe_outperform(out)}")
     lines.append(f"    {'ASO: ' + order['why'] if 'why' in order else describe_aso(order)}")

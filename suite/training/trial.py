@@ -247,12 +247,14 @@ def judge(task: PreparedTask, score: float | None) -> tuple[str | None, str | No
         return "diverged", "diverged: no dev score was produced"
     if not math.isfinite(score):
         return "diverged", f"diverged: non-finite dev {spec.metric.main} ({score})"
+    higher = spec.metric.higher_is_better  # the metric's own direction
     if rule.rule == "threshold":
-        if score < rule.threshold:
-            return "threshold", f"dev {spec.metric.main} {score:.4f} below the threshold {rule.threshold}"
+        if score < rule.threshold if higher else score > rule.threshold:
+            side = "below" if higher else "above"
+            return "threshold", f"dev {spec.metric.main} {score:.4f} {side} the threshold {rule.threshold}"
         return None, None
     base = task.baseline[spec.metric.main]
-    worse = score <= base + rule.margin if spec.metric.higher_is_better else score >= base - rule.margin
+    worse = score <= base + rule.margin if higher else score >= base - rule.margin
     if worse:
         return (
             "baseline",

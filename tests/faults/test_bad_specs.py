@@ -472,3 +472,34 @@ def test_run_stops_before_writing_anything(mutant: Mutant, workdir: Path, capsys
 def test_every_shipped_file_has_fields_to_break(path: Path) -> None:
     """The mutations above reach every shipped file: each has known fields and profiles."""
     assert len(fields_of(path)) >= 5 and RAW[path].get("profiles")
+
+
+@st.composite
+def flipped_direction(draw: st.DrawFn) -> Mutant:
+    """A metric direction that disagrees with the metric (every shipped metric is higher-is-better),
+    in the base or in a profile."""
+    path = draw(st.sampled_from(TASKS))
+    raw = copy.deepcopy(RAW[path])
+    profile = draw(st.sampled_from([None, *sorted(raw.get("profiles") or {})]))
+    if profile is None:
+        raw["metric"]["higher_is_better"] = False
+    else:
+        raw["profiles"][profile] = deep_merge(
+            raw["profiles"][profile] or {}, nested("metric.higher_is_better", False)
+        )
+    return Mutant(path, dump(raw), "metric.higher_is_better", profile)
+
+
+@settings(FAST, max_examples=20)
+@given(mutant=flipped_direction())
+def test_a_direction_that_disagrees_with_the_metric_is_named(mutant: Mutant, workdir: Path, capsys) -> None:  # noqa: ANN001
+    line = validate(capsys, workdir, mutant)
+    assert "disagrees with" in line and "the direction is the metric's" in line
+
+
+@settings(FAST, max_examples=10)
+@given(mutant=flipped_direction())
+def test_run_stops_at_a_disagreeing_direction(
+    mutant: Mutant, workdir: Path, capsys, shared_data: Path
+) -> None:  # noqa: ANN001
+    run(capsys, workdir, mutant, shared_data)
