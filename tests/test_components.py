@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from suite.stats.components import (
+    component_interval,
     crossed_components,
     independent_components,
     mean_squares,
@@ -237,7 +238,43 @@ def test_a_negative_raw_component_is_reported_and_flagged() -> None:
     y = np.array([[[0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]])  # no init effect, all interaction
     init = variance_components(grid_records(y), resamples=50)["components"]["init"]
     assert init["estimate"] < 0 and init["truncated_at_0"] and init["share"] == 0.0
-    assert init["ci95"][0] == 0.0 and init["df"] is None
+    assert init["df"] is None
+    # the init seeds' means are equal (0.5 each): nothing bounds the init variance, and no [0, 0]
+    assert init["ci95"] is None and init["ci95_note"].startswith("cannot bound")
+
+
+def test_a_component_below_zero_gets_a_valid_upper_bound_not_zero_width() -> None:
+    """3 x 3 grids with small init and order effects (0.1) beside an interaction of 1.0, 4000
+    studies (Monte-Carlo SE 0.35 points at 95%): in 1.8-2% of them the MLS interval of init or
+    order lies below 0 and was clipped to [0, 0]. Now its upper end is the MLS bound of the
+    positive mean-square terms, which are at least the component: no zero width, coverage at
+    least the old one's (measured: init 95.0 -> 96.2%, order 95.1 -> 96.5%)."""
+    truth = {(0,): 0.1, (1,): 0.1, (0, 1): 1.0}
+    m = model((3, 3), "crossed", shared=True)
+    ms = mean_squares(simulate((3, 3), truth, 4000, seed=11), m)
+    for name, c in m.coefficients().items():
+        true = sum(truth.get(e, 0.0) for e in m.names[name])
+        ci = component_interval(ms, m.df, c)
+        low, high = mls_interval(ms, m.df, c)
+        old = np.stack([np.maximum(low, 0), np.maximum(high, 0)], -1)
+        assert np.all(ci[:, 1] > ci[:, 0])  # no NaN either: the runs vary in every study
+        fell = high <= 0
+        assert np.array_equal(ci[~fell], old[~fell])  # elsewhere the MLS interval, as before
+        share = ((ci[:, 0] <= true) & (true <= ci[:, 1])).mean()
+        assert share >= ((old[:, 0] <= true) & (true <= old[:, 1])).mean() and share >= 0.94, name
+        if name != "interaction+residual":
+            assert 0.005 <= fell.mean() <= 0.04, (name, fell.mean())  # the case is exercised
+            positive = mls_interval(ms[fell], m.df, np.clip(c, 0, None))[1]
+            assert np.allclose(ci[fell, 1], positive) and np.all(ci[fell, 0] == 0)
+
+
+def test_tied_runs_bound_no_component() -> None:
+    """Every run failed at the baseline: every mean square is 0 and [0, 0] would claim each
+    variance is exactly 0; 9 tied runs say nothing about a run that differs."""
+    found = variance_components(grid_records(np.full((1, 3, 3), 0.527)), resamples=50)["components"]
+    for name in ("init", "order", "interaction+residual"):
+        assert found[name]["ci95"] is None and found[name]["ci95_note"].startswith("cannot bound")
+        assert found[name]["estimate"] == 0.0
 
 
 def _grid(sd_init: float, sd_order: float, sd_noise: float, n: int = 40, seed: int = 0):  # noqa: ANN202

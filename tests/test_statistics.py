@@ -225,3 +225,48 @@ def test_summary_gives_the_expected_max_an_interval() -> None:
     assert set(s["all"]["expected_max_ci95"]) == {"1", "5"} == set(s["all"]["expected_max"])
     low, high = s["all"]["expected_max_ci95"]["5"]
     assert s["all"]["expected_max"]["5"] == pytest.approx(0.75) and low < 0.75 < high
+
+
+def _intervals_in(tree: object, path: str = "") -> list[tuple[str, list[float]]]:
+    """Every [low, high] pair under a key naming an interval (ci95*, interval, lower/upper aside)."""
+    found = []
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            here = f"{path}/{key}"
+            if ("ci95" in str(key) or key == "interval") and isinstance(value, list) and len(value) == 2:
+                found.append((here, value))
+            else:
+                found += _intervals_in(value, here)
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            found += _intervals_in(value, f"{path}/{i}")
+    return found
+
+
+def test_no_interval_in_a_summary_has_zero_width() -> None:
+    """Studies whose runs tie, all or nearly all (every run failed at the baseline; one run of 7 or
+    of a 3 x 3 grid succeeded; a whole init row collapsed): every interval anywhere in `summarize`
+    (intervals, expected max, variance components, shares) is either absent or has width; where
+    the runs tie the statistics say they cannot bound it."""
+    b = 0.527
+    one_up = np.full((1, 3, 3), b)
+    one_up[0, 1, 2] = 0.71
+    row = np.random.default_rng(3).normal(0.7, 0.02, (1, 3, 3))
+    row[0, 0] = b
+    studies = {
+        "6 failed": [{"score": b, "outcome": "failed"}] * 6,
+        "3 x 3 failed": [r | {"outcome": "failed"} for r in grid_records(np.full((1, 3, 3), b))],
+        "6 of 7 failed": [{"score": b, "outcome": "failed"}] * 6 + [{"score": 0.7, "outcome": "succeeded"}],
+        "8 of 9 failed": grid_records(one_up),
+        "a row collapsed": grid_records(row),
+    }
+    for name, records in studies.items():
+        s = summarize(records, resamples=300)
+        pairs = _intervals_in(s)
+        assert pairs, name
+        for where, (low, high) in pairs:
+            assert high > low, (name, where, low, high)
+    tied = summarize(studies["6 failed"], resamples=300)
+    for block in ("median", "mean", "std", "iqr"):
+        assert tied["intervals"][block]["method"].startswith("cannot bound")
+    assert tied["intervals"]["failure_rate"]["ci95"][1] == 1.0  # every run failed: [exact bound, 1]

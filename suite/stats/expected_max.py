@@ -94,7 +94,7 @@ def stacked_ci(
     half = np.nan_to_num(stats.t.ppf(0.975, df))[:, None] * se
     estimate = flat @ weights
     out = np.stack([estimate - half, estimate + half], -1)
-    return np.where(no_spread(flat, levels)[:, None, None], np.nan, out)
+    return np.where(no_spread(flat)[:, None, None], np.nan, out)
 
 
 def expected_max(

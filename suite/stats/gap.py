@@ -214,7 +214,7 @@ def stacked_gap(
     with np.errstate(all="ignore"):
         z = np.abs(reported - reduce(flat, statistic)) / np.sqrt(variance + eval_sd**2)
         p_t = np.where(np.isnan(df), 1.0, 2 * stats.t.sf(z, df))
-    undecided = no_spread(flat, stacked_terms(lay, grids)[1])
+    undecided = no_spread(flat)
     percentile = 100 * ((draws < r).mean(1) + 0.5 * (draws == r).mean(1))
     return {
         "p_bootstrap": p_boot,

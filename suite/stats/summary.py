@@ -70,10 +70,8 @@ def bootstrap_ci(
     """Seeded percentile-bootstrap CI of the median or mean over exchangeable runs (one subsample,
     independent seeds). For crossed grids use suite.stats.uncertainty.intervals, which resamples seeds."""
     x = _finite(scores)
-    if x.size < 2:
+    if x.size < 2 or np.all(x == x[0]):  # tied runs cannot bound a run that differs: no [b, b]
         return None
-    if np.all(x == x[0]):
-        return float(x[0]), float(x[0])
     fn = {"median": np.median, "mean": np.mean}[statistic]
     result = stats.bootstrap(
         (x,),

@@ -1,0 +1,220 @@
+"""The seed design of one setting's runs: how its scores lie by seed (a crossed init x order
+grid per subsample seed, or independent runs), the bootstrap that resamples those seed units (never
+cells as if independent), and each seed axis's share of the variance of a mean, with the few-seed
+widening every design interval uses (suite.stats.uncertainty for scores, suite.stats.failure_rate
+for the failed indicator).
+
+Why the unit matters: on a crossed init x order grid every cell shares its init effect with its
+row and its order effect with its column. Resampling cells as if independent makes intervals far
+too narrow (tests/test_uncertainty.py: a cell bootstrap covers 55-68% at nominal 95% on 5 x 5 grids).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from suite.study.records import outcome
+
+Record = dict[str, Any]
+Z95 = float(stats.norm.ppf(0.975))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One setting's runs as a (subsample seed, A, C) array. Crossed: A x C = init x order seeds;
+    independent: A = runs (their (init, order) seed pairs), C = 1. NaN: no score kept there (a
+    diverged run, a failed run when failures are excluded, or a cell no run filled)."""
+
+    design: str  # "crossed" | "independent"
+    grid: np.ndarray  # (S, A, C)
+    a_count: np.ndarray  # (S,) levels of A under each subsample seed
+    c_count: np.ndarray  # (S,) levels of C
+    shared: bool  # the same A and C seeds under every subsample seed: resample them once, globally
+
+    @property
+    def unit(self) -> str:
+        several = self.grid.shape[0] > 1
+        base = "init x order seeds" if self.design == "crossed" else "runs"
+        nested = " within subsample seeds" if several and not self.shared else ""
+        return base + nested + (" x subsample seeds" if several else "")
+
+    @property
+    def complete(self) -> bool:  # every subsample seed: a full grid of one shape, every cell scored
+        return bool(np.isfinite(self.grid).all())
+
+
+def _is_grid(pairs: list[tuple[int, int]]) -> bool:
+    """A crossed grid: >= 2 init and >= 2 order seeds, each seen with >= 2 partners, no cell twice."""
+    inits, orders = Counter(i for i, _ in pairs), Counter(o for _, o in pairs)
+    return (
+        len(set(pairs)) == len(pairs)
+        and min(len(inits), len(orders)) >= 2
+        and min(*inits.values(), *orders.values()) >= 2
+    )
+
+
+def _kept(r: Record, exclude_failed: bool) -> bool:
+    score = r.get("score")
+    return score is not None and bool(np.isfinite(score)) and not (exclude_failed and outcome(r) == "failed")
+
+
+def scores(records: Sequence[Record], exclude_failed: bool = False) -> np.ndarray:
+    return np.array([r["score"] for r in records if _kept(r, exclude_failed)], dtype=float)
+
+
+def layout(records: Sequence[Record], exclude_failed: bool = False) -> Layout:
+    """Detect the seed design of ONE setting's runs and lay their scores out by seed. Records
+    without seeds are independent runs of one subsample."""
+    groups: dict[int, list[tuple[tuple[int, int], float]]] = defaultdict(list)
+    for k, r in enumerate(records):
+        seeds = r.get("seeds") or {"init": k, "order": -k - 1, "subsample": 0}
+        score = float(r["score"]) if _kept(r, exclude_failed) else np.nan
+        groups[seeds["subsample"]].append(((seeds["init"], seeds["order"]), score))
+    subs = sorted(groups) or [0]
+    crossed = bool(groups) and all(_is_grid([p for p, _ in groups[s]]) for s in subs)
+    if crossed:
+        rows = [sorted({p[0] for p, _ in groups[s]}) for s in subs]
+        cols = [sorted({p[1] for p, _ in groups[s]}) for s in subs]
+    else:  # runs sorted by their seed pair, so that runs with the same seeds line up across subsamples
+        rows = [sorted(p for p, _ in groups[s]) for s in subs]
+        cols = [[0] for _ in subs]
+    grid = np.full((len(subs), max(map(len, rows)), max(map(len, cols))), np.nan)
+    for si, s in enumerate(subs):
+        if crossed:
+            ri, ci = {v: i for i, v in enumerate(rows[si])}, {v: i for i, v in enumerate(cols[si])}
+            for (i, o), y in groups[s]:
+                grid[si, ri[i], ci[o]] = y
+        else:
+            for a, (_, y) in enumerate(sorted(groups[s], key=lambda t: t[0])):
+                grid[si, a, 0] = y
+    shared = len(subs) == 1 or (
+        all(r == rows[0] for r in rows)
+        and all(c == cols[0] for c in cols)
+        and len(set(rows[0])) == len(rows[0])
+    )
+    count = np.array([len(r) for r in rows]), np.array([len(c) for c in cols])
+    return Layout("crossed" if crossed else "independent", grid, *count, shared)
+
+
+def _within(rng: np.random.Generator, counts: np.ndarray, width: int) -> np.ndarray:
+    """Draws in [0, count) with replacement per (replicate, subsample slot); padding -> `width`."""
+    draws = (rng.random((*counts.shape, width)) * counts[..., None]).astype(int)
+    return np.where(np.arange(width) < counts[..., None], draws, width)
+
+
+def _draw(lay: Layout, resamples: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """Bootstrap indices: subsample seeds, init (or run) and order seeds, each with replacement and
+    independently. Seeds shared by all subsample seeds are drawn once per replicate; otherwise
+    anew within each drawn subsample seed."""
+    n_s, n_a, n_c = lay.grid.shape
+    s = rng.integers(n_s, size=(resamples, n_s))
+    if lay.shared:
+        return s, rng.integers(n_a, size=(resamples, 1, n_a)), rng.integers(n_c, size=(resamples, 1, n_c))
+    return s, _within(rng, lay.a_count[s], n_a), _within(rng, lay.c_count[s], n_c)
+
+
+def _pad(grids: np.ndarray) -> np.ndarray:  # stacked (T, S, A, C): the NaN slot `_within` pads to
+    return np.pad(grids, ((0, 0), (0, 0), (0, 1), (0, 1)), constant_values=np.nan)
+
+
+def _padded(lay: Layout) -> np.ndarray:
+    return _pad(lay.grid[None])[0]
+
+
+def resample(
+    lay: Layout, resamples: int, rng: np.random.Generator, grids: np.ndarray | None = None
+) -> np.ndarray:
+    """(resamples, S, A, C) replicates: every cell of the drawn (subsample, init, order)
+    combinations, never cells drawn one by one. `grids` (T, S, A, C): T studies of this layout
+    (simulations), each resampled on its own draws -> (T, resamples, S, A, C)."""
+    if grids is None:
+        s, a, c = _draw(lay, resamples, rng)
+        return _padded(lay)[s[:, :, None, None], a[:, :, :, None], c[:, :, None, :]]
+    s, a, c = _draw(lay, len(grids) * resamples, rng)
+    t = np.repeat(np.arange(len(grids)), resamples)[:, None, None, None]
+    out = _pad(grids)[t, s[:, :, None, None], a[:, :, :, None], c[:, :, None, :]]
+    return out.reshape(len(grids), resamples, *out.shape[1:])
+
+
+def by_setting(records: Sequence[Record]) -> list[list[Record]]:
+    """Runs grouped by full setting (size + every hyperparameter): statistics never pool settings."""
+    groups: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        groups[json.dumps([r.get("size"), r.get("hparams") or {}], sort_keys=True, default=str)].append(r)
+    return list(groups.values())
+
+
+def bootstrap_samples(
+    records: Sequence[Record], resamples: int = 2000, seed: int = 0, exclude_failed: bool = False
+) -> tuple[np.ndarray, str, list[tuple[float, int]]]:
+    """(resamples, m) resampled scores (NaN = none), the resampling unit, and the seed axes'
+    terms for `widening`. Records of several settings are resampled within each setting."""
+    rng = np.random.default_rng(seed)
+    blocks, units, terms = [], [], []
+    for group in by_setting(records):
+        lay = layout(group, exclude_failed)
+        blocks.append(resample(lay, resamples, rng).reshape(resamples, -1))
+        units.append(lay.unit)
+        terms += [(c * (len(group) / len(records)) ** 2, n) for c, n in _terms(lay)]
+    if not blocks:
+        return np.empty((resamples, 0)), "runs", []
+    unit = " | ".join(sorted(set(units))) + (", within each setting" if len(blocks) > 1 else "")
+    return np.concatenate(blocks, axis=1), unit, terms
+
+
+def _terms(lay: Layout) -> list[tuple[float, int]]:
+    """(variance contribution to the mean, levels) of each resampled seed axis: the variance of its
+    level means over the number of levels (the residual counts in both axes, as in the bootstrap).
+    Axes resampled within each subsample seed give one term per seed, weighted 1/S^2."""
+    c, n = stacked_terms(lay, lay.grid[None])
+    return [(float(v), int(m)) for v, m in zip(c[0], n, strict=True)]
+
+
+def stacked_terms(lay: Layout, grids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_terms` of T studies of one layout at once: (T, k) contributions and (k,) levels (counted
+    on the first study: the studies share where their scores are missing)."""
+    n_s = grids.shape[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if lay.shared:
+            means = [(np.nanmean(grids, (1, 3)), 1.0), (np.nanmean(grids, (1, 2)), 1.0)]
+        else:
+            means = [(np.nanmean(grids[:, s], axis), n_s**-2.0) for s in range(n_s) for axis in (2, 1)]
+        means.append((np.nanmean(grids, (2, 3)), 1.0))
+        cols, levels = [], []
+        for m, weight in means:
+            size = int(np.isfinite(m[0]).sum())
+            if size > 1:
+                cols.append(weight * np.nanvar(m, axis=1, ddof=1) / size)
+                levels.append(size)
+    c = np.stack(cols, 1) if cols else np.zeros((len(grids), 0))
+    return c, np.array(levels, dtype=float)
+
+
+def widening(terms: Sequence[tuple[float, int]]) -> tuple[float, float | None]:
+    """Factor to widen a percentile interval by, and its degrees of freedom. With few seeds per
+    axis the percentile bootstrap is too narrow: its variance is low by (n-1)/n and a variance
+    from 5 seeds is itself uncertain (5 x 5 grids: 87-92% coverage at nominal 95%). The factor is
+    t(df) / z, with Satterthwaite df over the seed axes, times the root of the variance bias."""
+    c = np.array([[t[0] for t in terms]], dtype=float).reshape(1, -1)
+    factor, df = stacked_widening(c, np.array([t[1] for t in terms], dtype=float))
+    return float(factor[0]), None if np.isnan(df[0]) else float(df[0])
+
+
+def stacked_widening(c: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`widening` of (T, k) terms with (k,) levels: (T,) factors and df (NaN: no spread)."""
+    total = c.sum(1)
+    with np.errstate(all="ignore"):
+        df = total**2 / np.sum(c**2 / (n - 1), 1)
+        bias = total / np.sum(c * (n - 1) / n, 1)
+        factor = stats.t.ppf(0.975, df) * np.sqrt(bias) / Z95
+    ok = total > 0
+    return np.where(ok, factor, 1.0), np.where(ok, df, np.nan)
