@@ -13,6 +13,8 @@ from suite.commands.cli import main
 from suite.config.sweep import SeedSpec, seed_grid
 from tests.conftest import run_tiny
 
+REPO = Path(__file__).resolve().parent.parent
+
 
 def _stored(folder: Path) -> optuna.Study:
     storage = f"sqlite:///{folder / 'study.db'}"
@@ -198,3 +200,53 @@ def test_until_decided_plans_its_looks_once(
     assert len(_records(folder)) == 10 and _stored(folder).user_attrs["until_decided_looks"] == [3, 5]
     run_tiny(tiny_task, model, "--sweep", str(sweep), "--until-decided", "--max-runs", "8", expect=2)
     assert "looks were planned with --max-runs 5 (3, 5); rerun with it" in capsys.readouterr().err
+
+
+def test_a_tpe_budget_grows_by_asking_the_sampler_only_for_the_new_settings(
+    tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
+) -> None:
+    model = tiny_models["bert"]
+    tpe = ("--threads", "1", "--sweep", str(REPO / "sweeps/tpe.yaml"), "--profile", "smoke")
+    folder = run_tiny(tiny_task, model, *tpe)  # budget 2 settings x 2 seed repeats
+    before = _records(folder)
+    assert len(before) == 4
+    capsys.readouterr()
+    run_tiny(tiny_task, model, *tpe, "--set", "sweep.budget=3")
+    assert "adds 2 trials to a stored study of 4 (sweep.budget 2 -> 3)" in capsys.readouterr().err
+    after = _records(folder)
+    assert len(after) == 6 and len(_stored(folder).trials) == 6
+    assert {k: after[k] for k in before} == before  # the stored settings' records are untouched
+    settings = {json.dumps(json.loads(r)["hparams"], sort_keys=True) for r in after.values()}
+    assert len(settings) == 3  # one new setting, run with both seeds
+    assert json.loads((folder / "run.json").read_text())["sweep"]["budget"] == 3
+    run_tiny(tiny_task, model, *tpe, "--set", "sweep.budget=3")  # the grown study now resumes as is
+    assert len(_stored(folder).trials) == 6
+    capsys.readouterr()
+    run_tiny(tiny_task, model, *tpe, "--set", "sweep.budget=3", "--seeds", "3", expect=2)
+    err = capsys.readouterr().err
+    assert "a TPE study grows only its budget" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_random_study_grows_on_its_stored_settings_whatever_the_sampler_draws_now(
+    tiny_task: Path, tiny_models: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sweep = tiny_task.parent.parent / "sweeps" / "random.yaml"
+    sweep.write_text(
+        "name: random\nhparams: {batch_size: 8, epochs: 1}\nsampler: {type: random}\nbudget: 2\n"
+        "space: {lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}}\nseeds: {repeats: 1}\n"
+    )
+    model = tiny_models["bert"]
+    folder = run_tiny(tiny_task, model, "--threads", "1", "--sweep", str(sweep))
+    drawn = _stored(folder).user_attrs["run_info"]["settings"]
+    assert len(drawn) == 2 and len(_records(folder)) == 2
+    monkeypatch.setattr(  # another optuna: other draws from the same seed
+        "suite.config.sweep.SweepSpec.make_sampler", lambda self: optuna.samplers.RandomSampler(seed=99)
+    )
+    run_tiny(tiny_task, model, "--threads", "1", "--sweep", str(sweep))
+    assert len(_stored(folder).trials) == 2  # nothing new
+    run_tiny(tiny_task, model, "--threads", "1", "--sweep", str(sweep), "--seeds", "2")
+    trials = _stored(folder).trials
+    assert len(trials) == 4 and _stored(folder).user_attrs["run_info"]["settings"] == drawn
+    assert sorted(json.dumps(t.user_attrs["setting"]) for t in trials) == sorted(
+        json.dumps(s) for s in drawn + drawn
+    )

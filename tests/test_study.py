@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import optuna
@@ -6,7 +7,7 @@ import pytest
 from suite.config.sweep import HParams, SeedSpec, SweepSpec, child_seed, load_sweep, seed_grid
 from suite.config.task import load_task
 from suite.errors import SpecError
-from suite.study.plan import enqueue_plan, plan_trials
+from suite.study.plan import enqueue_plan, plan_trials, replicate_plans, trial_attrs
 from suite.study.storage import open_storage, open_study
 from tests.conftest import run_tiny
 
@@ -56,6 +57,66 @@ def test_random_and_qmc_plans_are_seeded(tiny_task: Path) -> None:
         sweep = SweepSpec.model_validate({**raw, "sampler": {"type": sampler}})
         assert sweep.settings() == sweep.settings() and len(sweep.settings()) == 4
         assert all(1e-5 <= s["lr"] <= 1e-4 for s in sweep.settings())
+
+
+def _drawn_study(tmp_path: Path, sampler: str, name: str) -> tuple[optuna.Study, SweepSpec]:
+    sweep = SweepSpec.model_validate(
+        {
+            "name": "r",
+            "hparams": {"batch_size": 8, "epochs": 1},
+            "budget": 3,
+            "space": {"lr": {"type": "float", "low": 1e-5, "high": 1e-4, "log": True}},
+            "sampler": {"type": sampler},
+            "seeds": {"repeats": 2},
+        }
+    )
+    study = open_study(open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}"), name, sweep, True)
+    study.set_user_attr("run_info", {"study": name})  # as `run` creates it, before planning
+    return study, sweep
+
+
+def _another_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampler draws other values from the same seed (as another optuna or scipy may)."""
+    monkeypatch.setattr(SweepSpec, "make_sampler", lambda self: optuna.samplers.RandomSampler(seed=12345))
+
+
+@pytest.mark.parametrize("sampler", ["random", "qmc"])
+def test_drawn_settings_are_stored_at_creation_and_never_drawn_again(
+    tiny_task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sampler: str
+) -> None:
+    task = load_task(tiny_task)
+    study, sweep = _drawn_study(tmp_path, sampler, "s")
+    assert enqueue_plan(study, task, sweep) == 3 * 2
+    drawn = study.user_attrs["run_info"]["settings"]
+    assert drawn == sweep.settings() and len(drawn) == 3
+    keys = sorted(t.user_attrs["key"] for t in study.trials)
+    _another_library(monkeypatch)
+    assert all(d not in sweep.settings() for d in drawn)  # the sampler now draws other settings
+    assert enqueue_plan(study, task, sweep) == 0
+    assert study.user_attrs["run_info"]["settings"] == drawn
+    assert sorted(t.user_attrs["key"] for t in study.trials) == keys
+    # Grown: one more seed for every stored setting, and a fourth setting (the only new draw).
+    grown = sweep.model_copy(update={"seeds": SeedSpec(repeats=3), "budget": 4})
+    assert enqueue_plan(study, task, grown) == 3 * 1 + 1 * 3
+    settings = study.user_attrs["run_info"]["settings"]
+    assert settings[:3] == drawn and settings[3] == grown.settings()[3]
+    assert len(study.trials) == 4 * 3 and {json.dumps(t.user_attrs["setting"]) for t in study.trials} == {
+        json.dumps(s) for s in settings
+    }
+
+
+def test_a_drawn_study_stored_without_its_settings_keeps_those_its_trials_hold(
+    tiny_task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = load_task(tiny_task)
+    study, sweep = _drawn_study(tmp_path, "random", "old")
+    drawn = sweep.settings()
+    for values in drawn:  # queued as before settings were stored: only the trials hold them
+        for plan in replicate_plans(task, sweep, values):
+            study.enqueue_trial(values, user_attrs=trial_attrs(plan, values), skip_if_exists=False)
+    _another_library(monkeypatch)
+    assert enqueue_plan(study, task, sweep) == 0 and len(study.trials) == 6
+    assert study.user_attrs["run_info"]["settings"] == drawn  # stored from now on
 
 
 @pytest.mark.parametrize(

@@ -53,6 +53,8 @@ def _label(values: dict[str, Any]) -> str:
 
 
 def describe_plan(s: Setup, plans: list[TrialPlan]) -> str:
+    from suite.study.plan import replicate_seeds
+
     sweep, task = s.sweep, s.task
     seeds = sweep.seeds
     crossed = seeds.design == "crossed"
@@ -60,11 +62,15 @@ def describe_plan(s: Setup, plans: list[TrialPlan]) -> str:
     subsamples = len(seeds.subsample_seeds or range(seeds.subsample))
     settings = sweep.settings()
     per_setting = len(plans) // max(1, len(settings) * len(task.sizes))
+    whole = ""
+    if "full" in task.sizes and subsamples > 1:  # full trains each (init, order) pair once
+        whole = f" ({len(replicate_seeds(sweep, 'full'))} at full: every example, one subsample)"
+        per_setting = len(replicate_seeds(sweep, next((z for z in task.sizes if z != "full"), "full")))
     lines = [
         f"plan: study {s.name!r} (model {s.model}, sweep {sweep.name})",
         f"fixed: {_label(sweep.hparams)}",
         f"seeds: {grid} x {subsamples} subsample(s) per size and setting",
-        f"planned: {len(task.sizes)} size(s) x {len(settings)} setting(s) x {per_setting} seeds"
+        f"planned: {len(task.sizes)} size(s) x {len(settings)} setting(s) x {per_setting} seeds{whole}"
         f" = {len(plans)} trials",
     ]
     if sweep.adaptive:

@@ -6,25 +6,44 @@ yet. Workers only pop queued trials (suite/study/work.py), so each planned trial
 many workers share the storage. A worker that dies mid-trial stops sending heartbeats; the next
 worker to look re-queues its trial (same hyperparameters and seeds). TPE settings cannot be
 planned up front: a worker with an empty queue asks the sampler for a new setting, runs its first
-seed replicate and queues the others.
+seed replicate and queues the others. Random and QMC settings are drawn once, when the study is
+created, and kept in its run info. Each run is planned once: size `full` trains on every example
+whatever the subsample seed, so it has one (subsample 0).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import optuna
 from optuna.trial import TrialState
 
 from suite.config.sweep import SweepSpec, seed_grid
 from suite.config.task import TaskSpec
 from suite.errors import SuiteError
-from suite.study.records import final_records, outcome
+from suite.study.records import WHOLE_SET, final_records, outcome, repeated_runs, run_key
 from suite.study.storage import open_storage
 
 if TYPE_CHECKING:  # the trial module imports torch and Lightning: `run`'s waiting process needs neither
     from suite.training.trial import TrialPlan
+
+
+def replicate_seeds(sweep: SweepSpec, size: int | str) -> list[tuple[int, int, int]]:
+    """(init, order, subsample) seeds of one setting at one size: the sweep's seed grid, except at
+    `full`, which trains on every example whatever the subsample seed: there each (init, order)
+    pair runs once, as subsample 0 (more subsample seeds would train the same run again)."""
+    grid = list(seed_grid(sweep.seeds))
+    if size != WHOLE_SET:
+        return grid
+    return [(init, order, 0) for init, order in dict.fromkeys((i, o) for i, o, _ in grid)]
+
+
+def replicates(task: TaskSpec, sweep: SweepSpec) -> int:
+    """Planned trials per setting (every size, its seeds)."""
+    return sum(len(replicate_seeds(sweep, size)) for size in task.sizes)
 
 
 def replicate_plans(task: TaskSpec, sweep: SweepSpec, values: dict[str, Any]) -> list[TrialPlan]:
@@ -32,12 +51,66 @@ def replicate_plans(task: TaskSpec, sweep: SweepSpec, values: dict[str, Any]) ->
     from suite.training.trial import Seeds, TrialPlan
 
     hparams = sweep.hparams_for(values)
-    return [TrialPlan(size, hparams, Seeds(*s)) for size in task.sizes for s in seed_grid(sweep.seeds)]
+    return [TrialPlan(size, hparams, Seeds(*s)) for size in task.sizes for s in replicate_seeds(sweep, size)]
 
 
-def plan_trials(task: TaskSpec, sweep: SweepSpec) -> list[TrialPlan]:
-    """Every planned trial of a non-adaptive sweep, in a fixed order."""
-    return [p for values in sweep.settings() for p in replicate_plans(task, sweep, values)]
+def plan_trials(
+    task: TaskSpec, sweep: SweepSpec, stored: list[dict[str, Any]] | None = None
+) -> list[TrialPlan]:
+    """Every planned trial of a non-adaptive sweep, in a fixed order, each once (`stored`: the
+    settings its study drew, see `planned_settings`)."""
+    plans = (p for values in planned_settings(sweep, stored) for p in replicate_plans(task, sweep, values))
+    return list({p.key: p for p in plans}.values())  # random draws of a small space can repeat
+
+
+def _drawn(sweep: SweepSpec) -> bool:
+    """Settings drawn by a sampler up front (random, QMC), not enumerated."""
+    return sweep.sampler.type in ("random", "qmc") and bool(sweep.space) and not sweep.recipes
+
+
+def planned_settings(sweep: SweepSpec, stored: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The settings a non-adaptive sweep plans. Random and QMC settings are drawn once, when
+    their study is created, and stored with it (`stored`): they are re-planned from there, so
+    another optuna or scipy, whose draws differ, never adds a second set to a stored study; a
+    grown budget draws only the settings past the stored ones."""
+    if stored is None or not _drawn(sweep):
+        return sweep.settings()
+    if len(stored) >= (sweep.budget or 0):
+        return stored[: sweep.budget]
+    return stored + sweep.settings()[len(stored) :]
+
+
+SETTINGS = "settings"  # run info: a random or QMC study's settings, as drawn when it was created
+
+
+def study_settings(study: optuna.Study, sweep: SweepSpec) -> list[dict[str, Any]] | None:
+    """The settings a random or QMC study stored (None: another sampler, or none stored yet). A
+    study stored before its settings were holds them in its trials: the first time each appears."""
+    if not _drawn(sweep):
+        return None
+    stored = (study.user_attrs.get("run_info") or {}).get(SETTINGS)
+    if stored is not None:
+        return stored
+    held = (t.user_attrs["setting"] for t in study.get_trials(deepcopy=False) if "setting" in t.user_attrs)
+    return list({json.dumps(v, sort_keys=True): v for v in held}.values()) or None
+
+
+def _store_settings(study: optuna.Study, settings: list[dict[str, Any]]) -> None:
+    """Keep a random or QMC study's settings in its run info: drawn at its creation, extended
+    when its budget grows (never re-drawn)."""
+    info = study.user_attrs.get("run_info")
+    if info is not None and len(settings) > len(info.get(SETTINGS) or []):
+        study.set_user_attr("run_info", {**info, SETTINGS: settings})
+
+
+def proposing_sampler(sweep: SweepSpec, proposed: int) -> optuna.samplers.BaseSampler:
+    """TPE's sampler for a study's next setting, seeded by how many it has proposed: a process's
+    seeded sampler starts its stream over, so a grown budget, a resumed study or another worker
+    would otherwise propose the study's first setting again."""
+    base = sweep.sampler.seed if sweep.sampler.seed is not None else sweep.seeds.master
+    seed = int(np.random.SeedSequence([base, proposed]).generate_state(1)[0] % 2**31)
+    reseeded = sweep.sampler.model_copy(update={"seed": seed})
+    return sweep.model_copy(update={"sampler": reseeded}).make_sampler()
 
 
 def trial_attrs(plan: TrialPlan, values: dict[str, Any], attempt: int = 1) -> dict[str, Any]:
@@ -81,10 +154,10 @@ def _record(trial: optuna.trial.FrozenTrial) -> dict[str, Any] | None:
 
 
 def held_keys(trials: list[optuna.trial.FrozenTrial]) -> set[str]:
-    """Planned keys the storage holds as a run, a queued or a running trial (not as an errored
-    one: a rerun plans it again)."""
+    """Planned runs (keys, `records.run_key`) the storage holds as a run, a queued or a running
+    trial (not as an errored one: a rerun plans it again)."""
     return {
-        t.user_attrs.get("key")
+        run_key(t.user_attrs.get("key"))
         for t in trials
         if t.state in (TrialState.WAITING, TrialState.RUNNING)
         or (r := _record(t)) is not None
@@ -99,17 +172,36 @@ def enqueue_plan(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> int:
     held = held_keys(trials)
     if sweep.adaptive:  # TPE's settings exist only in the storage: re-queue their errored trials
         keyed = [t for t in trials if "key" in t.user_attrs]
-        todo = {t.user_attrs["key"]: t for t in keyed if t.user_attrs["key"] not in held}
+        todo = {run_key(t.user_attrs["key"]): t for t in keyed if run_key(t.user_attrs["key"]) not in held}
         for t in todo.values():
             study.enqueue_trial(t.user_attrs["setting"], user_attrs=retry_attrs(t, 1), skip_if_exists=False)
         return len(todo)
+    settings = planned_settings(sweep, study_settings(study, sweep))
+    if _drawn(sweep):
+        _store_settings(study, settings)
     added = 0
-    for values in sweep.settings():
+    for values in settings:
         for plan in replicate_plans(task, sweep, values):
             if plan.key not in held:
                 study.enqueue_trial(values, user_attrs=trial_attrs(plan, values), skip_if_exists=False)
+                held.add(plan.key)
                 added += 1
     return added
+
+
+def note_repeated_runs(study: optuna.Study) -> str | None:
+    """A line saying that a stored study holds runs at `full` trained under several subsample
+    seeds (planned before `full` was planned once): they are read once. Kept in its run info."""
+    repeated = repeated_runs(study_records(study))
+    if not repeated:
+        return None
+    info = study.user_attrs.get("run_info")
+    if info is not None and info.get("repeated_runs") != repeated:
+        study.set_user_attr("run_info", {**info, "repeated_runs": repeated})
+    return (
+        f"note: {repeated} stored runs at size {WHOLE_SET} repeat another run under another subsample "
+        "seed (the same examples): each run is counted once"
+    )
 
 
 def study_records(study: optuna.Study) -> list[dict[str, Any]]:
@@ -129,7 +221,8 @@ def ended_runs(study: optuna.Study) -> dict[str, dict[str, Any]]:
 
 
 def planned_keys(study: optuna.Study) -> set[str]:
-    return {t.user_attrs["key"] for t in study.get_trials(deepcopy=False) if "key" in t.user_attrs}
+    """The planned runs the storage holds trials of (`records.run_key`)."""
+    return {run_key(t.user_attrs["key"]) for t in study.get_trials(deepcopy=False) if "key" in t.user_attrs}
 
 
 def export_studies(

@@ -27,7 +27,7 @@ from suite.study.storage import public_url
 def plan_study(request: Request) -> tuple[Setup, optuna.Study]:
     """Check every input, then open the request's study and queue its plan; nothing is written
     before the checks pass (a refused study is one line, exit 2)."""
-    from suite.study.plan import enqueue_plan
+    from suite.study.plan import enqueue_plan, note_repeated_runs
     from suite.study.preflight import check_writable, make_run_folder
     from suite.study.storage import open_storage
 
@@ -50,7 +50,9 @@ def plan_study(request: Request) -> tuple[Setup, optuna.Study]:
                 "stack": s.stack or None,  # planned for other machines: its first worker's (adopt_stack)
             },
         )
-    enqueue_plan(study, s.task, s.sweep)
+    enqueue_plan(study, s.task, s.sweep)  # a random or QMC study's settings: drawn once, stored
+    if note := note_repeated_runs(study):  # planned before `full` was planned once
+        print(note, file=sys.stderr)
     return s, study
 
 

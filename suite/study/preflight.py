@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
-from suite.config.sweep import SweepSpec, seed_grid
+from suite.config.sweep import SweepSpec
 from suite.data.hub import source_sha256
 from suite.errors import DataError, SpecError, SuiteError
 from suite.heads.registry import PreparedTask
@@ -21,10 +22,12 @@ def check_planned_inputs(task: PreparedTask, sweep: SweepSpec, spec_path: str | 
 
     Features built here land in the feature cache, so the trials reuse them.
     """
+    from suite.study.plan import replicate_seeds
+
     data, spec = task.data, task.spec
-    subsamples = sorted({seeds[2] for seeds in seed_grid(sweep.seeds)})
+    check_whole_set(task, sweep, spec_path)
     for size in spec.sizes:
-        for seed in subsamples:
+        for seed in sorted({seeds[2] for seeds in replicate_seeds(sweep, size)}):
             indices = data.train_indices(size, seed)
             if size != "full" and len(indices) < int(size):
                 raise SpecError(
@@ -36,6 +39,36 @@ def check_planned_inputs(task: PreparedTask, sweep: SweepSpec, spec_path: str | 
     # Once, after every split is loaded: QA's evaluation set is the pool minus all of them.
     if len(data.features("dev", data.dev_indices())) == 0:
         raise DataError(f"task {spec.name}: the {spec.eval_split} set has no examples")
+
+
+def check_whole_set(task: PreparedTask, sweep: SweepSpec, spec_path: str | Path) -> None:
+    """Size `full` trains on every example whatever the subsample seed, so it is planned with
+    one; explicit subsample seeds there would be ignored, and a number that is the whole training
+    set with several subsample seeds would train each run again: both refused."""
+    seeds, sizes = sweep.seeds, task.spec.sizes
+    if "full" in sizes and seeds.subsample_seeds:
+        raise SpecError(
+            f"{spec_path}: field 'sizes': size full trains on every example, where the sweep's "
+            f"seeds.subsample_seeds {seeds.subsample_seeds} would draw nothing; plan full in a study "
+            "without explicit subsample seeds"
+        )
+    drawn = len(seeds.subsample_seeds or range(seeds.subsample))
+    whole = _whole_set(task.data) if drawn > 1 else None
+    if whole is not None and whole in sizes:
+        raise SpecError(
+            f"{spec_path}: field 'sizes': size {whole} is every training example of "
+            f"{task.data.sources.get('train', 'the training data')}, so each of the {drawn} subsample "
+            "seeds would train the same runs; write `full` (planned once)"
+        )
+
+
+def _whole_set(data: Any) -> int | None:
+    """How many examples size `full` trains on; None where there is no such size (few-shot
+    split files: each size and seed is its own file, refused as `full` by the data itself)."""
+    try:
+        return len(data.train_indices("full", 0))
+    except DataError:
+        return None
 
 
 def data_hashes(task: PreparedTask) -> dict[str, str | None]:

@@ -43,15 +43,48 @@ def runs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if is_run(r)]
 
 
+WHOLE_SET = "full"  # the size that trains on every training example, whatever the subsample seed
+_WHOLE_PREFIX = f"size={WHOLE_SET}|"
+_SUBSAMPLE = ",subsample="
+
+
+def run_key(key: str | None) -> str | None:
+    """The run a planned key names: the key itself, except at size `full`, where every subsample
+    seed trains on the same examples, so the run is its key with subsample 0 (as `full` is
+    planned). Studies planned before that hold one run under several subsample seeds."""
+    if key is None or not key.startswith(_WHOLE_PREFIX):
+        return key
+    head, sep, _ = key.rpartition(_SUBSAMPLE)
+    return f"{head}{sep}0" if sep else key
+
+
+def as_run(record: dict[str, Any]) -> dict[str, Any]:
+    """A record under its run's key (subsample 0 at `full`: the seed drew nothing there)."""
+    key = run_key(record["key"])
+    if key == record["key"]:
+        return record
+    return {**record, "key": key, "seeds": {**record.get("seeds", {}), "subsample": 0}}
+
+
 def final_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record per planned trial (key): its run if any attempt ran to an end, else its last
-    errored attempt. Order: first appearance of each key."""
+    """One record per planned run (key; at `full`, one per run whatever its subsample seed): its
+    run if any attempt ran to an end, else its last errored attempt. Order: first appearance."""
     chosen: dict[str, dict[str, Any]] = {}
-    for r in records:
+    for r in map(as_run, records):
         previous = chosen.get(r["key"])
         if previous is None or not is_run(previous):  # a later attempt replaces an errored one
             chosen[r["key"]] = r
     return list(chosen.values())
+
+
+def repeated_runs(records: Iterable[dict[str, Any]]) -> int:
+    """Runs trained again under another subsample seed at `full` (planned so before `full` was
+    planned once): each is read once, and this many of them are left out."""
+    keys: dict[str, set[str]] = {}
+    for r in records:
+        if is_run(r):
+            keys.setdefault(run_key(r["key"]), set()).add(r["key"])
+    return sum(len(k) - 1 for k in keys.values())
 
 
 def counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:

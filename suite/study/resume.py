@@ -2,9 +2,10 @@
 
 - Same fingerprint: it resumes.
 - A strict superset of its plan (more repeats or init/order seeds, more subsamples, more sizes,
-  more recipes or grid values; everything else equal): it grows. Only the new trials are queued;
-  the stored ones are untouched, and the seeds of earlier repeats never change (one seed stream
-  per axis, `sweep.child_seed`).
+  more recipes or grid values, a larger budget; everything else equal): it grows. Only the new
+  trials are queued; the stored ones are untouched, and the seeds of earlier repeats never change
+  (one seed stream per axis, `sweep.child_seed`). A TPE study grows its budget only: the sampler
+  proposes the new settings, its stored ones cannot be re-planned with other seeds or sizes.
 - Only the software stack differs and the user allows it (`--allow-stack-change`): it resumes,
   marked mixed in every output.
 - Anything else: refused, naming what changed.
@@ -108,18 +109,18 @@ def _grown(
     stack_text: list[str],
 ) -> Resumption:
     """A grown plan: every stored planned trial is still planned, and there are new ones."""
-    from suite.study.plan import plan_trials
+    from suite.study.plan import SETTINGS, plan_trials
 
     shown = _shown(stored, current, grown)
     if sweep.adaptive:
-        raise SuiteError(refusal(study, where, shown) + " (a TPE study's settings cannot be re-planned)")
-    if not info or "task" not in info or "sweep" not in info:
+        old, new = _budget_slots(grown, task, sweep, stored, current, refusal(study, where, shown))
+    elif not info or "task" not in info or "sweep" not in info:
         raise SuiteError(refusal(study, where, shown) + " (the stored study has no plan to extend)")
-    old = {
-        p.key
-        for p in plan_trials(TaskSpec.model_validate(info["task"]), SweepSpec.model_validate(info["sweep"]))
-    }
-    new = {p.key for p in plan_trials(task, sweep)}
+    else:  # both plans from the settings the study drew (random, QMC), not from the sampler again
+        drawn = info.get(SETTINGS)
+        before = TaskSpec.model_validate(info["task"]), SweepSpec.model_validate(info["sweep"])
+        old = {p.key for p in plan_trials(*before, drawn)}
+        new = {p.key for p in plan_trials(task, sweep, drawn)}
     if new < old and info.get("grown"):  # the options that grew the study were left out of this command
         raise SuiteError(
             f"study {study!r} in {where} plans {len(old)} trials, this command {len(new)} of them "
@@ -130,6 +131,28 @@ def _grown(
         why = f"drops {dropped} of its {len(old)} planned trials" if dropped else "plans the same trials"
         raise SuiteError(refusal(study, where, shown) + f" (not a superset of the stored plan: it {why})")
     return Resumption(grown=shown, added=len(new - old), stored=len(old), stack_changed=stack_text)
+
+
+def _budget_slots(
+    grown: list[str],
+    task: TaskSpec,
+    sweep: SweepSpec,
+    stored: dict[str, Any],
+    current: dict[str, Any],
+    refused: str,
+) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+    """A TPE plan as (setting, replicate) slots: its settings exist only in the storage, so only
+    its budget can grow (workers ask the sampler for the new settings when the queue is empty)."""
+    from suite.study.plan import replicates
+
+    if grown != ["sweep.budget"]:
+        raise SuiteError(
+            f"{refused} (a TPE study grows only its budget: the settings it proposed cannot be "
+            "re-planned with other seeds or sizes)"
+        )
+    per = range(replicates(task, sweep))
+    old, new = (int(fp["sweep.budget"]) for fp in (stored, current))
+    return {(s, r) for s in range(old) for r in per}, {(s, r) for s in range(new) for r in per}
 
 
 def _new_head(path: str, stored: dict[str, Any]) -> bool:

@@ -153,11 +153,10 @@ def _capacity(task: TaskSpec, sweep: SweepSpec, url: str, name: str) -> Capacity
 
 def planned_trials(task: TaskSpec, sweep: SweepSpec) -> int:
     """Planned trials (a TPE sweep: its budget of settings x the seed grid), to cap `--workers auto`."""
-    from suite.config.sweep import seed_grid
-    from suite.study.plan import plan_trials
+    from suite.study.plan import plan_trials, replicates
 
-    if sweep.adaptive:  # the same seed grid as every planned setting, for each of the budget's settings
-        return (sweep.budget or 1) * len(task.sizes) * sum(1 for _ in seed_grid(sweep.seeds))
+    if sweep.adaptive:  # the same seeds as every planned setting, for each of the budget's settings
+        return (sweep.budget or 1) * replicates(task, sweep)
     return len(plan_trials(task, sweep))
 
 

@@ -21,7 +21,7 @@ from suite.config.task import TaskSpec
 from suite.errors import SuiteError
 from suite.heads.registry import PreparedTask
 from suite.study.memory import release, reset_peak, trimming
-from suite.study.plan import replicate_plans, retry_attrs, trial_attrs
+from suite.study.plan import proposing_sampler, replicate_plans, retry_attrs, trial_attrs
 from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
 from suite.study.records import outcome
 from suite.study.storage import HEARTBEAT_ENV
@@ -33,6 +33,7 @@ MAX_ATTEMPTS = 2  # an errored trial is retried once with the same seeds
 
 def _propose(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> optuna.Trial:
     """TPE: a new setting from the sampler; this trial runs its first replicate, the rest queue."""
+    study.sampler = proposing_sampler(sweep, settings_proposed(study.get_trials(deepcopy=False)))
     trial = study.ask({k: p.distribution() for k, p in sweep.space.items()})
     if "key" in trial.user_attrs:  # another worker queued trials meanwhile: run that one
         return trial
