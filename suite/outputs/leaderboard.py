@@ -268,18 +268,23 @@ def format_aggregates(aggregates: dict[str, Any] | None) -> list[str]:
         scales = ", ".join(f"{t} {n['kind']}" for t, n in sorted(found["normalisation"].items()))
         lines.append(f"across tasks at {size} (normalised: 0 = constant prediction, 1 = {scales}):")
         for name, group in found["groups"].items():
-            lo, hi = group["iqm"]["interval"]
             profile = group["profile"]
             above = profile["share"][profile["taus"].index(0.0)] if 0.0 in profile["taus"] else None
             runs = f"; {above:.0%} of runs above the constant prediction" if above is not None else ""
-            lines.append(f"  {name}: IQM {group['iqm']['estimate']:.2f} [{lo:.2f}, {hi:.2f}]{runs}")
+            iqm = group["iqm"]
+            lines.append(f"  {name}: IQM {iqm['estimate']:.2f} {_bracket(iqm['interval'])}{runs}")
         for name, better in (found.get("improvement") or {}).items():
-            lo, hi = better["interval"]
-            lines.append(
-                f"  P({name} > {better['vs']}) averaged over tasks: {better['estimate']:.2f} "
-                f"[{lo:.2f}, {hi:.2f}]"
-            )
+            if better["estimate"] is not None:  # no task in common: nothing to say
+                lines.append(
+                    f"  P({name} > {better['vs']}) averaged over tasks: {better['estimate']:.2f} "
+                    + _bracket(better["interval"])
+                )
     return lines
+
+
+def _bracket(interval: list[float] | None) -> str:
+    """An aggregate's interval as printed; None: its runs tie, and tied runs bound nothing."""
+    return "(no interval: the runs tie)" if interval is None else f"[{interval[0]:.2f}, {interval[1]:.2f}]"
 
 
 def _plain(value: Any) -> Any:

@@ -4,7 +4,7 @@ recipe that itself spans several settings (recipes on a grid) gives one row per 
 pooled one (suite.stats.blocks; the hyperparameters a recipe sets are what is compared).
 
 Per recipe (failed runs scored, as the papers count them; a diverged run has no score): the
-failure rate with its Wilson interval; median, IQR and std with design-bootstrap intervals.
+failure rate, median, IQR and std with design-bootstrap intervals (over seed units).
 Against the reference, all across seeds, through the tests of `suite compare` (suite.stats.compare):
 - failure rate: the difference and Fisher's exact test (independent runs; on a crossed grid the
   seed-unit test), and the power Fisher's test had, at these run counts, to detect a recipe that
@@ -242,7 +242,7 @@ def format_recipe_table(tables: list[dict[str, Any]], metric: str) -> str:
         lines += [
             f"recipes at {t['block']}: {metric} x100, dev; failed runs scored; [95% intervals across "
             f"seeds: {rows[0]['median']['unit']}]; each row against its reference (default {t['reference']})",
-            f"{'recipe':{width}s} {'n':>3s}  {'failed [Wilson]':20s} {'median':20s} {'IQR':20s} "
+            f"{'recipe':{width}s} {'n':>3s}  {'failed [95%]':20s} {'median':20s} {'IQR':20s} "
             f"{'std':20s} | vs reference: failed diff (Fisher)  std diff (Brown-Forsythe)  "
             "median shift [95%]",
         ]
