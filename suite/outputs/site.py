@@ -2,7 +2,7 @@
 
 Everything is inlined (data, CSS, JS, SVG), so the page opens from disk with no server and no
 network: a sortable, filterable table of entries (median with its interval, IQR, failure rate
-with its Wilson interval, comparable reported numbers with citation links) and each entry's
+with its interval over seed units, comparable reported numbers with citation links) and each entry's
 score distribution as an inline SVG strip and box plot (red: failed runs), and each entry's
 dev-set noise share (Jordan 2024: the share of the between-run variance that a finite dev set
 adds). Entries of all the files are ranked together within the leaderboard's rank groups (one
