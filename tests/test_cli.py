@@ -1,6 +1,8 @@
 """Each user error is one line on stderr naming the file/field/trial, exit code 2."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +129,53 @@ def test_unreachable_storage_is_one_line_without_its_password(capsys, tmp_path: 
         ],
     )
     assert "--storage 'postgresql://u:***@nohost.invalid/db': cannot open" in err and "secret" not in err
+
+
+HEAVY = ["torch", "transformers", "lightning", "optuna"]
+# `main` in a fresh interpreter: its exit code and the heavy modules it imported.
+IMPORTS = """
+import json, sys
+from suite.commands.cli import main
+code = main(sys.argv[2:])
+print(json.dumps({"code": code, "heavy": sorted(m for m in json.loads(sys.argv[1]) if m in sys.modules)}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["run", "rte", "--workers", "0"], "--workers"),
+        (["run", "rte", "--workers", "auto", "--threads", "0"], "--threads"),
+        (["plan", "rte", "--workers", "two"], "--workers"),
+        (["run", "rte", "--size", "ten"], "--size"),  # a spec error: the task's YAML is read, no model
+        (["run", "rte", "--set", "max_length=-3"], "max_length"),
+        (["worker", "--storage", "sqlite:///x.db", "--study", "s", "--threads", "-1"], "--threads"),
+    ],
+)
+def test_argument_and_spec_errors_come_before_any_heavy_import(
+    args: list[str], named: str, tmp_path: Path
+) -> None:
+    """Answered from the arguments and the YAMLs alone: one line, exit 2, and neither torch,
+    transformers, lightning nor optuna imported (seconds of imports for a typo)."""
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTS, json.dumps(HEAVY), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"code": 2, "heavy": []}, done.stderr
+    err = done.stderr.strip()
+    assert err.startswith("error: ") and "\n" not in err and named in err, err
+
+
+def test_run_with_zero_workers_is_one_line_exit_2() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "suite", "run", "rte", "--workers", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "error: --workers: expected a positive integer or auto, got '0'\n"

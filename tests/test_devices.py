@@ -114,26 +114,51 @@ def test_cli_refuses_a_multi_gpu_trial_before_training(tiny_task, tiny_models, t
     run_tiny(tiny_task, tiny_models["bert"], "--devices", "2", expect=2)
 
 
-def test_workers_auto_is_one_per_gpu_or_one_per_cpu_thread_capped_at_the_trials(
+def test_workers_auto_is_one_per_gpu_or_the_cpus_over_the_threads_capped_at_the_trials(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from suite.model.devices import Capacity, resolve_workers
 
     cpu = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
-    assert resolve_workers("auto", cpu, threads=2) == (2, "--workers auto: 2 (2 threads)")
-    assert resolve_workers("3", cpu, threads=2)[0] == 3
-    count, why = resolve_workers("auto", cpu, threads=64, capacity=Capacity(trials=6))  # 6 trials, 64 cores
-    assert count == 6 and why == "--workers auto: 6 (64 threads, capped at the 6 trials planned)"
-    count, why = resolve_workers("auto", cpu, threads=64, capacity=Capacity(trials=1))
+    assert resolve_workers("auto", cpu, cpus=2) == (2, "--workers auto: 2 (2 usable CPUs)")
+    assert resolve_workers("3", cpu, cpus=4)[0] == 3
+    count, why = resolve_workers("auto", cpu, cpus=64, capacity=Capacity(trials=6))  # 6 trials, 64 cores
+    assert count == 6 and why == "--workers auto: 6 (64 usable CPUs, capped at the 6 trials planned)"
+    count, why = resolve_workers("auto", cpu, cpus=64, capacity=Capacity(trials=1))
     assert count == 1
-    count, why = resolve_workers("auto", cpu, threads=8, capacity=Capacity(trials=2, ended=4))  # resumed
+    count, why = resolve_workers("auto", cpu, cpus=8, capacity=Capacity(trials=2, ended=4))  # resumed
     assert count == 2 and why.endswith("capped at the 2 trials still to run (4 ended))")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    assert resolve_workers("auto", {**cpu, "accelerator": "gpu"}, threads=16)[0] == 4
+    assert resolve_workers("auto", {**cpu, "accelerator": "gpu"}, cpus=16)[0] == 4
     for bad in ("0", "two", "-1"):
         with pytest.raises(SpecError, match="--workers"):
-            resolve_workers(bad, cpu, threads=2)
+            resolve_workers(bad, cpu, cpus=2)
+
+
+@pytest.mark.parametrize(
+    ("cpus", "threads", "trials", "expected"),
+    [(2, 1, 6, 2), (2, 2, 6, 1), (8, 2, 6, 4), (8, 3, 6, 2), (8, 2, 3, 3), (2, 4, 6, 1), (64, 4, 1, 1)],
+)
+def test_workers_auto_divides_the_cpus_by_the_studys_threads_per_worker(
+    cpus: int, threads: int, trials: int, expected: int
+) -> None:
+    """A study's threads per worker are fixed when it is created: `auto` fits as many workers of
+    that many threads as the CPUs hold (at least one), never more than the trials still to run."""
+    from suite.model.devices import Capacity, resolve_workers
+
+    cpu = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
+    count, _ = resolve_workers("auto", cpu, cpus, Capacity(trials=trials), threads=threads)
+    assert count == max(1, min(cpus // threads, trials)) == expected
+
+
+def test_an_explicit_worker_count_over_the_cpus_warns() -> None:
+    from suite.model.devices import resolve_workers
+
+    cpu = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
+    count, why = resolve_workers("2", cpu, cpus=2, threads=2)
+    assert count == 2 and "warning: 2 x 2 threads on 2 usable CPUs" in why
+    assert resolve_workers("2", cpu, cpus=4, threads=2) == (2, "--workers 2")
 
 
 def test_workers_auto_fits_the_memory_from_the_measured_peak() -> None:
@@ -143,15 +168,15 @@ def test_workers_auto_fits_the_memory_from_the_measured_peak() -> None:
 
     cpu = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
     fits3 = Capacity(trials=40, memory_mb=7680, memory_why="7.5 GB available (MemAvailable)", peak_mb=2400)
-    count, why = resolve_workers("auto", cpu, threads=64, capacity=fits3)
+    count, why = resolve_workers("auto", cpu, cpus=64, capacity=fits3)
     assert count == 3
     assert "capped at 3 by memory: 7.5 GB available (MemAvailable) / 2.34 GB measured peak" in why
     unmeasured = Capacity(trials=40, memory_mb=7680, memory_why="7.5 GB available (MemAvailable)")
-    count, why = resolve_workers("auto", cpu, threads=8, capacity=unmeasured)
+    count, why = resolve_workers("auto", cpu, cpus=8, capacity=unmeasured)
     assert count == 8 and "no peak RSS measured yet" in why
     tight = Capacity(trials=40, memory_mb=1000, memory_why="1 GB", peak_mb=2400)
-    assert resolve_workers("auto", cpu, threads=8, capacity=tight)[0] == 1  # never 0
-    count, why = resolve_workers("6", cpu, threads=8, capacity=fits3)
+    assert resolve_workers("auto", cpu, cpus=8, capacity=tight)[0] == 1  # never 0
+    count, why = resolve_workers("6", cpu, cpus=8, capacity=fits3)
     assert count == 6 and "warning: memory fits 3" in why
 
 
@@ -162,13 +187,15 @@ def test_workers_per_gpu_share_the_parents_devices(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     gpu = {"accelerator": "gpu", "devices": 1, "precision": "bf16-mixed"}
-    count, why = resolve_workers("auto", gpu, threads=16, per_gpu=2)
+    count, why = resolve_workers("auto", gpu, cpus=16, per_gpu=2)
     assert count == 4 and why == "--workers auto: 4 (2 GPU(s) x 2 per GPU)"
     assert [worker_environment(i, gpu)["CUDA_VISIBLE_DEVICES"] for i in range(count)] == ["4", "5", "4", "5"]
-    count, why = resolve_workers("auto", gpu, threads=3, per_gpu=2)  # 4 workers would share 3 CPUs
+    count, why = resolve_workers("auto", gpu, cpus=3, per_gpu=2)  # 4 workers would share 3 CPUs
     assert count == 3 and why.endswith("capped at the 3 usable CPUs)")
+    count, why = resolve_workers("auto", gpu, cpus=16, per_gpu=2, threads=8)  # the study's 8 threads each
+    assert count == 2 and why.endswith("capped at the 16 usable CPUs / 8 threads per worker)")
     with pytest.raises(SpecError, match="--workers-per-gpu"):
-        resolve_workers("auto", gpu, threads=16, per_gpu=0)
+        resolve_workers("auto", gpu, cpus=16, per_gpu=0)
 
 
 def test_workers_auto_on_a_2_cpu_container_of_a_64_core_node(
@@ -182,9 +209,9 @@ def test_workers_auto_on_a_2_cpu_container_of_a_64_core_node(
     monkeypatch.setattr(devices, "CGROUP", tmp_path)
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    threads, _ = devices.usable_cpus()
+    cpus, _ = devices.usable_cpus()
     cpu = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
-    assert devices.resolve_workers("auto", cpu, threads, devices.Capacity(trials=40))[0] == 2
+    assert devices.resolve_workers("auto", cpu, cpus, devices.Capacity(trials=40))[0] == 2
 
 
 @pytest.mark.parametrize(
@@ -292,7 +319,8 @@ def test_capacity_counts_the_stored_studys_ended_trials_and_measured_peak(
     request = Request(task=str(tiny_task), model=str(tiny_models["bert"]), out=root / "runs")
     _, task, _, sweep = load_specs(request)
     _, url, name = study_address(request, task, sweep)
-    assert stored_study(url, name) is not None
-    capacity = _capacity(task, sweep, url, name)
+    study = stored_study(url, name)
+    assert study is not None
+    capacity = _capacity(task, sweep, study)
     assert capacity.ended == planned_trials(task, sweep) > 0 and capacity.trials == 0
     assert capacity.peak_mb is not None and capacity.peak_mb > 50  # a worker's recorded ru_maxrss

@@ -68,7 +68,7 @@ def test_in_child_runs_elsewhere_and_raises_what_the_child_raised() -> None:
 def test_waiting_run_process_holds_no_torch_no_data_no_model(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
     root = tiny_task.parent.parent
     args = ["run", str(tiny_task), "--model", str(tiny_models["bert"]), "--out", str(root / "runs")]
-    args += ["--data-dir", str(root / "data"), "--quiet", "--workers", "2", "--threads", "2"]
+    args += ["--data-dir", str(root / "data"), "--quiet", "--workers", "2", "--threads", "1"]
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}
     done = subprocess.run(

@@ -11,11 +11,11 @@ from suite.commands.cli import main
 from tests.conftest import run_tiny
 
 
-def _plan(task: Path, model: Path, *extra: str) -> tuple[int, Path]:
+def _plan(task: Path, model: Path, *extra: str, threads: str | None = "1") -> tuple[int, Path]:
     root = task.parent.parent
     out = root / "runs"
     args = ["plan", str(task), "--model", str(model), "--out", str(out), "--data-dir", str(root / "data")]
-    code = main([*args, "--threads", "1", *extra])
+    code = main([*args, *(["--threads", threads] if threads else []), *extra])
     return code, out
 
 
@@ -28,7 +28,7 @@ def test_plan_counts_estimates_and_writes_nothing(
         "space: {lr: {type: categorical, choices: [1.0e-3, 2.0e-3]}}\nseeds: {repeats: 3}\n"
     )
     code, out = _plan(tiny_task, tiny_models["bert"], "--sweep", str(grid), "--set", "sizes=[16, 32]")
-    text = capsys.readouterr().out
+    text, progress = capsys.readouterr()
     assert code == 0 and not out.exists()  # no run folder, no storage
     assert "planned: 2 size(s) x 2 setting(s) x 3 seeds = 12 trials" in text
     assert "does not exist yet; all 12 trials to run" in text
@@ -41,6 +41,8 @@ def test_plan_counts_estimates_and_writes_nothing(
     ]
     assert "estimate: ~" in text and "for the 12 trials to run on 1 worker(s) x 1 threads" in text
     assert "batch 8: " in text
+    # While it times the steps, a progress bar on stderr: 1 batch size, a warm-up, 3 timed steps, 1 dev batch
+    assert "plan: timing 3 training steps per batch size" in progress and "0/5" in progress
 
 
 def test_plan_reports_what_the_storage_holds_and_a_refusal(
@@ -62,3 +64,22 @@ def test_plan_reports_what_the_storage_holds_and_a_refusal(
     # Trial keys name the seeds and hparams, not max_length: the fingerprint is what refuses.
     assert "holds 3 of the 4 planned trials (3 ended as runs, 0 queued or running); 1 to run" in captured.out
     assert len(optuna.load_study(study_name=name, storage=storage).trials) == before
+
+
+def test_plan_uses_the_studys_threads_and_refuses_other_ones(
+    tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
+) -> None:
+    """Threads per worker are fixed when a study is created: without --threads, `plan` (like
+    `run`) takes the stored ones whatever --workers says; a differing --threads is one line
+    naming both, exit 2, before anything is timed."""
+    run_tiny(tiny_task, tiny_models["bert"], "--threads", "2")
+    capsys.readouterr()
+    for workers in ("1", "auto", "3"):
+        code, _ = _plan(tiny_task, tiny_models["bert"], "--workers", workers, threads=None)
+        text = capsys.readouterr().out
+        assert code == 0 and "x 2 threads" in text and "0 to run" in text
+    code, _ = _plan(tiny_task, tiny_models["bert"], threads="1")
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "" and captured.err.count("\n") == 1
+    assert "--threads 1:" in captured.err and "2 thread(s) per worker" in captured.err
+    assert "threads 2 -> 1" in captured.err

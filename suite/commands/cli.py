@@ -203,29 +203,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+STUDY_COMMANDS = ("run", "plan", "launch", "worker")  # a `Request`; all but `worker` read specs
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        # Argument and spec errors first: the commands' modules import torch, transformers, optuna
+        # (seconds), and a bad flag or YAML field is answered at once.
+        request = request_of(args) if args.command in STUDY_COMMANDS else None
+        if request is not None and request.task is not None:
+            from suite.study.setup import read_specs
+
+            read_specs(request)
         if args.command == "run" and (args.until_halfwidth is not None or args.until_decided):
             from suite.commands.until import run_until
 
-            return run_until(request_of(args), args.until_halfwidth, args.until_decided, args.max_runs)
+            return run_until(request, args.until_halfwidth, args.until_decided, args.max_runs)
         elif args.command == "run":
             from suite.commands.run import run
 
-            return run(request_of(args))
+            return run(request)
         elif args.command == "plan":
             from suite.commands.plan import plan
 
-            return plan(request_of(args))
+            return plan(request)
         elif args.command == "launch":
             from suite.commands.launch import launch
 
-            return launch(request_of(args), launch_of(args))
+            return launch(request, launch_of(args))
         elif args.command == "worker":
             from suite.commands.run import worker
 
-            return worker(request_of(args))
+            return worker(request)
         elif args.command == "export":
             from suite.commands.run import export
 

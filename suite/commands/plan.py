@@ -124,7 +124,7 @@ def estimate(s: Setup, plans: list[TrialPlan], held: set[str]) -> str:
     data = s.prepared.data
     n_dev = len(data.features("dev", data.dev_indices()))
     sizes = sorted({p.hparams.batch_size for p in plans})
-    step_s = {bs: calibrate(s, next(p for p in plans if p.hparams.batch_size == bs)) for bs in sizes}
+    step_s = _timed(s, {bs: next(p for p in plans if p.hparams.batch_size == bs) for bs in sizes})
     eval_s = step_s[sizes[0]][1]
     rows: dict[tuple[str, str], dict[str, float]] = {}
     todo = 0.0
@@ -153,6 +153,25 @@ def estimate(s: Setup, plans: list[TrialPlan], held: set[str]) -> str:
     return "\n".join(lines)
 
 
+def _timed(s: Setup, trials: dict[int, TrialPlan]) -> dict[int, tuple[float, float]]:
+    """`calibrate` on a trial of each batch size, with a progress bar on stderr (unless --quiet):
+    on a big model or a busy machine each step takes seconds, and a silent `plan` looks hung."""
+    from tqdm.auto import tqdm
+
+    with tqdm(
+        total=len(trials) * (TIMED_STEPS + 2),  # the warm-up step, the timed ones, a dev batch
+        desc=f"plan: timing {TIMED_STEPS} training steps per batch size",
+        unit="step",
+        disable=s.request.quiet,
+        leave=False,
+    ) as bar:
+        times = {}
+        for bs, trial in trials.items():
+            bar.set_postfix_str(f"batch {bs}")
+            times[bs] = calibrate(s, trial, bar.update)
+        return times
+
+
 def _size_order(size: str) -> tuple[bool, int]:
     return size == "full", int(size) if size != "full" else 0
 
@@ -165,10 +184,11 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def calibrate(s: Setup, trial: TrialPlan) -> tuple[float, float]:
+def calibrate(s: Setup, trial: TrialPlan, tick: Any = None) -> tuple[float, float]:
     """(seconds per training step, seconds per dev batch) of the real model and head on the
     trial's own batches: forward, backward, clipping and the optimizer step, as a trial does.
-    Nothing is kept: the module is a fresh copy and is thrown away."""
+    Nothing is kept: the module is a fresh copy and is thrown away. `tick()` after each step."""
+    tick = tick or (lambda: None)
     from suite.data.module import FeatureDataModule
     from suite.model.encoders import load_encoder
     from suite.model.optim import make_optimizer
@@ -194,6 +214,7 @@ def calibrate(s: Setup, trial: TrialPlan) -> tuple[float, float]:
         optimizer.step()
         optimizer.zero_grad()
         times.append(time.perf_counter() - start)
+        tick()
     module.eval()
     ordered = sorted(dev, key=lambda f: len(f["input_ids"]))  # dev batches are length-sorted:
     middle = max(0, len(ordered) // 2 - EVAL_BATCH // 2)  # time one of median length
@@ -202,6 +223,7 @@ def calibrate(s: Setup, trial: TrialPlan) -> tuple[float, float]:
         start = time.perf_counter()
         module.loss(dev_batch)
         eval_time = time.perf_counter() - start
+    tick()
     return statistics.median(times[1:]), eval_time
 
 

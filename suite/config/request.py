@@ -32,9 +32,11 @@ class Request:
     out: Path = Path("runs")
     storage: str | None = None  # default: sqlite study.db in the run folder
     study: str | None = None  # default: task|model|sweep|profile
-    workers: str = "1"  # a count or `auto`
+    workers: str = "1"  # a positive count or `auto`
     workers_per_gpu: int = 1  # `auto` on GPUs: this many workers share each visible device
-    threads: int | None = None  # torch CPU threads in all (default: the CPUs this process may use)
+    # torch CPU threads of each worker; default: the stored study's, fixed when it was created
+    # (a new study: the usable CPUs / its workers)
+    threads: int | None = None
     trainer: dict[str, str] = field(default_factory=dict)  # Lightning options given (TRAINER_OPTIONS)
     offline: bool = False
     quiet: bool = False
@@ -44,6 +46,7 @@ class Request:
     gpus_per_worker: int | None = None
 
     def __post_init__(self) -> None:
+        worker_count(self.workers)
         if self.threads is not None and self.threads < 1:
             raise SpecError(f"--threads: expected a positive integer, got {self.threads}")
         if self.workers_per_gpu < 1:
@@ -54,3 +57,17 @@ class Request:
             raise SpecError(
                 f"trainer options: unknown {sorted(unknown)} (known: {', '.join(TRAINER_OPTIONS)})"
             )
+
+
+def worker_count(workers: str | int) -> int | None:
+    """`--workers` as a count, None for `auto`; anything else is refused (checked with the other
+    arguments, before any heavy import)."""
+    if str(workers) == "auto":
+        return None
+    try:
+        count = int(workers)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise SpecError(f"--workers: expected a positive integer or auto, got {str(workers)!r}")
+    return count

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from suite.config.request import worker_count
 from suite.errors import SpecError
 
 _CPU = ("cpu",)
@@ -180,31 +181,36 @@ class Capacity:
 def resolve_workers(
     workers: str | int,
     trainer: dict[str, Any],
-    threads: int,
+    cpus: int,
     capacity: Capacity | None = None,
     per_gpu: int = 1,
+    threads: int = 1,
 ) -> tuple[int, str]:
     """`--workers` and why: a positive count, or `auto`: `per_gpu` workers per visible GPU, or on
-    CPU one single-threaded worker per thread (2 processes x 1 thread ran a 4-trial RTE sweep 1.2x
-    faster than 1 x 2: benchmarks/sweep.py --workers-check), never more than the trials still to
-    run nor than the measured peak RSS fits in the memory available."""
+    CPU the usable `cpus` / `threads` per worker (one single-threaded worker per CPU unless the
+    study fixed more threads: 2 processes x 1 thread ran a 4-trial RTE sweep 1.2x faster than
+    1 x 2, benchmarks/sweep.py --workers-check), never more than the trials still to run nor
+    than the measured peak RSS fits in the memory available."""
     capacity = capacity or Capacity()
     if per_gpu < 1:
         raise SpecError(f"--workers-per-gpu: expected a positive integer, got {per_gpu}")
-    gpu = trainer["accelerator"] == "gpu"
-    if str(workers) != "auto":
-        count = _count(workers)
+    fit = max(1, cpus // threads)  # workers whose threads the CPUs hold
+    each = f" / {threads} threads per worker" if threads > 1 else ""
+    count = worker_count(workers)
+    if count is not None:
         cap = capacity.memory_cap()
         if cap is not None and count > cap:  # the user's choice stands, but not silently
             return count, f"--workers {count} (warning: memory fits {cap}: {capacity.memory_text()})"
+        if trainer["accelerator"] != "gpu" and count * threads > cpus:
+            return count, f"--workers {count} (warning: {count} x {threads} threads on {cpus} usable CPUs)"
         return count, f"--workers {count}"
-    if gpu:
+    if trainer["accelerator"] == "gpu":
         devices = max(1, len(visible_devices()))
         count, why = devices * per_gpu, f"{devices} GPU(s)" + (f" x {per_gpu} per GPU" if per_gpu > 1 else "")
-        if threads < count:  # each worker feeds its GPU from a CPU of its own
-            count, why = max(1, threads), f"{why}, capped at the {threads} usable CPUs"
+        if fit < count:  # each worker feeds its GPU from CPUs of its own
+            count, why = fit, f"{why}, capped at the {cpus} usable CPUs{each}"
     else:
-        count, why = max(1, threads), f"{threads} threads"
+        count, why = fit, f"{cpus} usable CPUs{each}"
     if capacity.trials is not None and capacity.trials < count:
         left = "planned" if not capacity.ended else f"still to run ({capacity.ended} ended)"
         count, why = max(1, capacity.trials), f"{why}, capped at the {capacity.trials} trials {left}"
@@ -214,16 +220,6 @@ def resolve_workers(
     elif cap is None and capacity.memory_mb is not None and count > 1:
         why += "; memory does not cap it: no peak RSS measured yet (a rerun caps by it)"
     return count, f"--workers auto: {count} ({why})"
-
-
-def _count(workers: str | int) -> int:
-    try:
-        count = int(workers)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise SpecError(f"--workers: expected a positive integer or auto, got {workers!r}")
-    return count
 
 
 def visible_devices() -> list[str]:

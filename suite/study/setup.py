@@ -24,7 +24,15 @@ if TYPE_CHECKING:  # suite.model.devices imports torch: `run`'s waiting process 
 
 def load_specs(request: Request) -> tuple[Path, TaskSpec, Path, SweepSpec]:
     """The task (a file or a name) and its sweep, with the profile, `--set` overrides, `--size`,
-    `--seeds` and `--eval-split` applied and validated: what `run` and `plan` use."""
+    `--seeds` and `--eval-split` applied and validated, the head made concrete for the model:
+    what `run` and `plan` use."""
+    task_path, task, sweep_path, sweep = read_specs(request)
+    return task_path, with_model_head(task, request.model or task.model), sweep_path, sweep
+
+
+def read_specs(request: Request) -> tuple[Path, TaskSpec, Path, SweepSpec]:
+    """`load_specs` without looking at the model: no torch or transformers imported, so the CLI
+    answers a spec error at once."""
     if request.task is None:
         raise SpecError("no task given")
     task_sets, sweep_sets = parse_sets(list(request.sets))
@@ -39,7 +47,7 @@ def load_specs(request: Request) -> tuple[Path, TaskSpec, Path, SweepSpec]:
     task, sweep = apply_overrides(task, sweep, list(request.sizes), request.seeds)
     if request.eval_split:
         task = TaskSpec.model_validate({**task.model_dump(), "eval_split": request.eval_split})
-    return task_path, with_model_head(task, request.model or task.model), sweep_path, sweep
+    return task_path, task, sweep_path, sweep
 
 
 def with_model_head(task: TaskSpec, model: str) -> TaskSpec:
@@ -99,20 +107,27 @@ class Setup:
 def setup_study(request: Request) -> Setup:
     """`run` and `plan`: specs from files, then model, data and pre-flight of every planned trial;
     the study's fingerprint, folder, storage URL and name. Reads only (and fills the feature cache)."""
-    from suite.model.devices import resolve_trainer, resolve_workers, usable_cpus  # imports torch
-
     task_path, task, sweep_path, sweep = load_specs(request)
+    from suite.model.devices import resolve_trainer, resolve_workers, usable_cpus  # imports torch
+    from suite.study.storage import check_outputs_held, stored_study
+
     model = request.model or task.model
     trainer = resolve_trainer(request.trainer, request.gpus_per_worker)
-    total, cpus = (request.threads, "--threads") if request.threads else usable_cpus()
     folder, url, name = study_address(request, task, sweep)
+    check_outputs_held(folder, url)
+    study = stored_study(url, name)  # None: a new study
+    stored = stored_threads(study)
+    fixed = study_threads(request.threads, stored, name)
+    cpus, cpus_why = usable_cpus()
     # `launch` sizes its jobs itself: this machine's memory says nothing about the cluster's nodes
     local = request.gpus_per_worker is None and str(request.workers) != "1"
-    capacity = _capacity(task, sweep, url, name) if local else None
-    workers, why = resolve_workers(request.workers, trainer, total, capacity, request.workers_per_gpu)
-    threads = max(1, total // workers)
+    capacity = _capacity(task, sweep, study) if local else None
+    per_gpu = request.workers_per_gpu
+    workers, why = resolve_workers(request.workers, trainer, cpus, capacity, per_gpu, fixed or 1)
+    threads = fixed or max(1, cpus // workers)  # a new study's choice, stored with it
     if (str(request.workers) == "auto" and not request.quiet) or "warning" in why:
-        print(f"{why}; {threads} thread(s) each of {total} ({cpus})", file=sys.stderr)
+        whose = "the study's" if stored else "--threads" if fixed else f"{cpus} / {workers} for a new study"
+        print(f"{why}; {threads} thread(s) each ({whose}; {cpus_why})", file=sys.stderr)
     prepared, fingerprint, stack = _checked(
         request, task, sweep, model, threads, trainer, task_path, sweep_path
     )
@@ -133,14 +148,34 @@ def setup_study(request: Request) -> Setup:
     )
 
 
-def _capacity(task: TaskSpec, sweep: SweepSpec, url: str, name: str) -> Capacity:
+def stored_threads(study: Any) -> int | None:
+    """The threads per worker a stored study was created with (its fingerprint's, else its run
+    info's); None for a new study, or one killed while it was created."""
+    if study is None:
+        return None
+    attrs = study.user_attrs
+    threads = (attrs.get("fingerprint") or {}).get("threads", (attrs.get("run_info") or {}).get("threads"))
+    return int(threads) if threads is not None else None
+
+
+def study_threads(asked: int | None, stored: int | None, name: str) -> int | None:
+    """Threads per worker: fixed when a study is created (they change float reduction order, so
+    they are part of its identity), then reused by every rerun, worker and round whatever its
+    workers; only an explicit `--threads` that differs is refused. None: a new study's to choose."""
+    if asked is not None and stored is not None and asked != stored:
+        raise SpecError(
+            f"--threads {asked}: study {name!r} runs {stored} thread(s) per worker, fixed when it was "
+            f"created (threads {stored} -> {asked}); omit --threads to resume it"
+        )
+    return stored or asked
+
+
+def _capacity(task: TaskSpec, sweep: SweepSpec, study: Any) -> Capacity:
     """The trials still to run and the memory a worker needs, from the stored study if there is
     one (its ended runs; the largest peak RSS its workers recorded), against the memory free now."""
     from suite.study.plan import ended_runs, finished_records
-    from suite.study.storage import stored_study
 
     planned, ended, peak = planned_trials(task, sweep), 0, None
-    study = stored_study(url, name)
     if study is not None:
         ended = len(ended_runs(study))  # errored ones run again
         peaks = [r["peak_rss_mb"] for r in finished_records(study).values() if r.get("peak_rss_mb")]
@@ -180,7 +215,7 @@ def join_study(request: Request, info: dict[str, Any]) -> Setup:
     task, sweep = TaskSpec.model_validate(info["task"]), SweepSpec.model_validate(info["sweep"])
     trainer = resolve_trainer({**info.get("trainer", {}), **request.trainer})
     where = f"study {request.study}"
-    threads = request.threads or usable_cpus()[0]
+    threads = study_threads(request.threads, info.get("threads"), request.study) or usable_cpus()[0]
     prepared, fingerprint, stack = _checked(
         request, task, sweep, info["model"], threads, trainer, where, where
     )

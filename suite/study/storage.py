@@ -92,13 +92,49 @@ def storage_file(url: str) -> Path | None:
 
 def stored_study(url: str, name: str) -> optuna.Study | None:
     """The study `name` if the storage already holds it; never creates a storage file or a study."""
+    if name not in held_studies(url):
+        return None
+    return optuna.load_study(study_name=name, storage=open_storage(url))
+
+
+def held_studies(url: str) -> list[str]:
+    """The names of the studies a storage holds: none in a SQLite or journal file that is missing
+    or empty (0 bytes), which is left as it is (opening it would write Optuna's tables)."""
     local = storage_file(url)
-    if local is not None and not local.exists():
+    if local is not None and (not local.exists() or local.stat().st_size == 0):
+        return []
+    return optuna.study.get_all_study_names(open_storage(url))
+
+
+OUTPUTS = ("run.json", "trials.jsonl", "leaderboard.json")
+
+
+def outputs_study(folder: Path) -> str | None:
+    """The study a run folder's outputs belong to: run.json's, else the first trial record's;
+    None when it has none (or none that names a study)."""
+    try:
+        if (folder / "run.json").is_file():
+            return json.loads((folder / "run.json").read_text()).get("study")
+        if (folder / "trials.jsonl").is_file():
+            with (folder / "trials.jsonl").open() as lines:
+                first = next(lines, "").strip()
+            return json.loads(first).get("study") if first else None
+    except (OSError, ValueError, AttributeError):  # not ours to judge: the outputs are left alone
         return None
-    storage = open_storage(url)
-    if name not in optuna.study.get_all_study_names(storage):
-        return None
-    return optuna.load_study(study_name=name, storage=storage)
+    return None
+
+
+def check_outputs_held(folder: Path, url: str) -> None:
+    """Refuse a run folder whose outputs name a study the storage does not hold (an empty or a
+    replaced study.db): this study's outputs would overwrite the only copy of that one's."""
+    named = outputs_study(folder)
+    if named is None or named in held_studies(url):
+        return
+    raise SuiteError(
+        f"{folder}: its outputs ({', '.join(OUTPUTS)}) are of study {named!r}, which {public_url(url)} "
+        "does not hold (an empty or replaced study.db?); they are left untouched: restore the storage "
+        "(or give its --storage), or move the outputs away to start a new study"
+    )
 
 
 def open_study(

@@ -37,7 +37,7 @@ def test_four_workers_one_killed(backend: str, tiny_task: Path, tiny_models, tmp
     command = [
         sys.executable, "-m", "suite", "run", str(tiny_task), "--model", str(tiny_models["bert"]),
         "--sweep", str(_sweep(root)), "--out", str(root / "runs"), "--data-dir", str(root / "data"),
-        "--workers", "4", "--threads", "4", "--quiet", *storage,
+        "--workers", "4", "--threads", "1", "--quiet", *storage,
     ]  # fmt: skip
     env = {
         **os.environ,
