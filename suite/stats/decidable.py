@@ -1,4 +1,4 @@
-"""Whether a test can decide with the runs it has (DESIGN.md s4, small-N honesty).
+"""Whether a test can decide with the runs it has (small-N honesty).
 
 A rank or exact test has a smallest attainable p at a given n: at 3 vs 3 runs Mann-Whitney's
 two-sided p never goes below 0.1, so printing its p as if it could reject misleads. Every test

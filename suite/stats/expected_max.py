@@ -1,4 +1,4 @@
-"""Expected maximum validation performance of n runs (DESIGN.md s4), with an interval for the
+"""Expected maximum validation performance of n runs, with an interval for the
 ESTIMATE (how far our curve could be from the true E[max of n]), not only the spread of the max
 of n runs drawn from ours (`std`, the band: exactly 0 at n = N, where only one subset exists).
 
@@ -72,7 +72,7 @@ def stacked_ci(
     Measured coverage at nominal 95% (2000 studies, MC SE 0.5%), n in {1, 2, N/2, N}, N = 3, 5,
     10 and 3 x 3, 5 x 5 grids: normal 94-99%, beta(8, 1.5) 91-100% (91-93%: n = 1, the mean of
     left-skewed runs), 25% / 40% collapsed runs 92-99% where an interval is given (none where
-    fewer than 6 seeds all tie); with the bootstrap SD alone 78-86% at n >= N/2. A right-skewed
+    the runs all tie); with the bootstrap SD alone 78-86% at n >= N/2. A right-skewed
     lognormal(0, 0.5) 77-96%: its upper tail is heavier than the normal's, n = N undercovers."""
     n_t = len(grids)
     flat = np.sort(grids.reshape(n_t, -1), 1)

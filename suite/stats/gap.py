@@ -195,7 +195,7 @@ def stacked_gap(
     eval_sd: float = 0.0,
 ) -> dict[str, np.ndarray]:
     """The median / mean-of-k comparison of T studies (scores' scale): (T,) arrays p_bootstrap,
-    p_t, p = max of the two (NaN: cannot decide, fewer than 6 runs that all tie), percentile.
+    p_t, p = max of the two (NaN: cannot decide, runs that all tie), percentile.
 
     Why two references: the widened predictive draws follow skew and collapse but are discrete
     at N = 3 (draws of 5 runs from 3 values: 8-14% false positives); the t reference is smooth

@@ -1,4 +1,4 @@
-"""Statistics of a study's scores (numpy/scipy only; no plotting). Definitions in DESIGN.md s4.
+"""Statistics of a study's scores (numpy/scipy only; no plotting).
 
 Every interval here is *across seeds/runs*: it says how much a re-run of the study would move,
 not the per-example sampling error of one run's dev score. The design-aware machinery (which
@@ -105,7 +105,9 @@ def summarize(records: Sequence[dict[str, Any]], seed: int = 0, resamples: int =
           high] | None} (an interval for the estimate), expected_max_estimator, unit (what the
           intervals resample)},
       "excluding_failed"["intervals"]: {median, mean, std, iqr},
-      "intervals": {median, mean, std, iqr, failure_rate}, each {estimate, ci95, unit, method},
+      "intervals": {median, mean, std, iqr, failure_rate}, each {estimate, ci95, unit, method}
+          (ci95 None and method "cannot bound: ..." where the runs cannot bound it, with `tied`
+          where they all tie: `uncertainty.intervals`; never a zero-width interval),
       "seeds_needed": `seeds_needed` (None over several settings or < 2 scored runs),
       "variance_components": uncertainty.variance_components (None over several settings)}
     """
