@@ -29,8 +29,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--workers",
         default="1",
         help="local worker processes sharing the storage; auto: one per GPU (see --workers-per-gpu), "
-        "else one per usable CPU (2 x 1 thread trains ~1.2x faster than 1 x 2 on 2 cores), never more "
-        "than the trials still to run or than the memory fits (from the peak RSS its trials recorded)",
+        "else the usable CPUs / the study's threads per worker (a new study: one single-threaded worker "
+        "per CPU, 2 x 1 thread trains ~1.2x faster than 1 x 2 on 2 cores), never more than the trials "
+        "still to run or than the memory fits (from the peak RSS its trials recorded)",
     )
     p.add_argument(
         "--workers-per-gpu",
@@ -114,8 +115,8 @@ def _add_common_args(p: argparse.ArgumentParser, threads: bool = True) -> None:
         p.add_argument(
             "--threads",
             type=int,
-            help="torch CPU threads in all "
-            "(default: the CPUs this process may use: affinity and cgroup quota)",
+            help="torch CPU threads per worker, fixed when a study is created (default: the stored "
+            "study's; a new study: the CPUs this process may use, affinity and cgroup quota, / its workers)",
         )
     p.add_argument("--accelerator", help="cpu, gpu or auto (default: gpu when CUDA is present, else cpu)")
     p.add_argument("--devices", help="devices per trial: 1 (use --workers N for N GPUs)")
