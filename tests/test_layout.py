@@ -102,6 +102,17 @@ def test_argv_stops_at_the_commands() -> None:
     assert not readers
 
 
+def test_commands_hold_no_process_or_signal_code() -> None:
+    """Commands parse, plan, call one function and print; starting, signalling and stopping
+    processes is the study stage's (suite/study/supervise.py)."""
+    held = {
+        p.name: sorted(found)
+        for p in (SUITE / "commands").glob("*.py")
+        if (found := imports_of(p)[1] & {"signal", "ctypes", "subprocess"})
+    }
+    assert not held, held
+
+
 def test_the_checks_catch_a_late_import_and_a_circle(tmp_path: Path) -> None:
     """The checks can fail: a stats module importing a command inside a function, and a circle."""
     late = tmp_path / "late.py"

@@ -149,7 +149,7 @@ def test_ctrl_c_says_what_ended_and_a_rerun_resumes_without_rerunning(
 GRANDCHILD = """
 import sys, time
 try:  # armed before its parent dies (the kernel signals it) or after (it signals itself)
-    from suite.commands.run import stop_with_parent
+    from suite.study.supervise import stop_with_parent
     stop_with_parent()
     time.sleep(120)
 except KeyboardInterrupt:

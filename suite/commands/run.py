@@ -5,14 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +16,7 @@ from suite.config.task import TaskSpec
 from suite.errors import SuiteError
 from suite.study.setup import Setup, join_study
 from suite.study.storage import public_url
+from suite.study.supervise import STOP_GRACE_S, run_workers, stop_with_parent, stops_as_interrupts
 
 
 def run(request: Request) -> int:
@@ -41,16 +37,16 @@ def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
         s, study = plan_study(request if s is None else s.request)
     assert s.folder is not None  # a planned study always has a run folder
     try:
-        with _stops_as_interrupts():
+        with stops_as_interrupts():
             if s.workers == 1:
                 import torch
 
                 torch.set_num_threads(s.threads)
                 run_worker(study, s, progress=not request.quiet)
             else:
-                spawn_workers(s, study, progress=not request.quiet, environments=environments)
-    except KeyboardInterrupt:
-        print(interrupted_note(study, _planned(s)), file=sys.stderr)
+                _run_workers(s, study, environments, progress=not request.quiet)
+    except KeyboardInterrupt as stop:
+        print(interrupted_note(study, _planned(s), _what_became_of(stop)), file=sys.stderr)
         raise
     records = write_outputs(study, s.folder, s.task)
     return exit_status(study), s, records
@@ -82,6 +78,27 @@ def _plan_for_workers(request: Request) -> tuple[Setup, list[dict[str, str]]]:
     return dataclasses.replace(s, prepared=None), [worker_environment(i, s.trainer) for i in range(s.workers)]
 
 
+def _run_workers(s: Setup, study: Any, environments: list[dict[str, str]] | None, progress: bool) -> None:
+    desc = f"trials ({s.workers} workers)"
+    shown = (lambda running: watch(study, _planned(s), s.workers, running, desc)) if progress else None
+    codes = run_workers(s, study, environments, watch=shown)
+    if bad := [c for c in codes if c]:
+        print(
+            f"study {s.name}: {len(bad)} of {len(codes)} workers exited early (codes {bad})", file=sys.stderr
+        )
+
+
+def _what_became_of(stop: KeyboardInterrupt) -> str:
+    """The running trials of a stopped `run`: put back, or (named) waiting for their heartbeat."""
+    waiting = getattr(stop, "waiting", None)
+    if not waiting:
+        return PUT_BACK
+    return (
+        f"trial {', '.join(map(str, waiting))} still marked running: its worker did not put it back "
+        f"within {STOP_GRACE_S:.0f} s; it goes back to the queue once its heartbeat is stale"
+    )
+
+
 def exit_status(study: Any) -> int:
     """0 when every planned trial ended as a run; 1 (and why) when some did not."""
     from suite.study.plan import finished_records, planned_keys
@@ -106,111 +123,6 @@ def exit_status(study: Any) -> int:
         )
         return 1
     return 0
-
-
-def spawn_workers(
-    s: Setup, study: Any, progress: bool = True, environments: list[dict[str, str]] | None = None
-) -> None:
-    """N local worker processes on the shared storage, each with its share of the CPU threads
-    (or, on GPUs, its own device).
-    A worker that dies leaves its trial to the others (its heartbeat stops); the study's state,
-    not the workers' exit codes, decides the run's exit code. Workers run in their own session, so
-    a terminal's Ctrl-C reaches this process only: it passes SIGINT on once and waits for each
-    worker to put its running trial back in the queue."""
-    command = [
-        sys.executable,
-        "-m",
-        "suite",
-        "worker",
-        "--storage",
-        s.url,
-        "--study",
-        s.name,
-        "--threads",
-        str(s.threads),
-        "--quiet",
-    ]
-    if s.request.data_dir:
-        command += ["--data-dir", str(s.request.data_dir)]
-    for option, value in s.trainer.items():
-        command += [f"--{option}", str(value)]
-    if s.request.allow_stack_change:
-        command += ["--allow-stack-change"]
-    if environments is None:
-        from suite.model.devices import worker_environment
-
-        environments = [worker_environment(i, s.trainer) for i in range(s.workers)]
-    workers: list[subprocess.Popen] = []
-    try:
-        for own in environments:
-            env = {**os.environ, **own, PARENT_ENV: str(os.getpid())}
-            workers.append(subprocess.Popen(command, env=env, start_new_session=True))
-        codes = _wait(workers, study if progress else None, s)
-    except KeyboardInterrupt:
-        _stop(workers)
-        raise
-    if bad := [c for c in codes if c]:
-        print(
-            f"study {s.name}: {len(bad)} of {len(codes)} workers exited early (codes {bad})", file=sys.stderr
-        )
-
-
-PARENT_ENV = "SUITE_PARENT_PID"  # a worker `run` started: it stops (SIGINT) when `run` dies
-
-
-@contextmanager
-def _stops_as_interrupts() -> Iterator[None]:
-    """SIGTERM (a scheduler, `timeout`, CI) and SIGHUP (the terminal closed) stop the study like
-    Ctrl-C: the workers run in their own session, so only `run` hears them and must pass them on."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def stop_with_parent() -> None:
-    """In a worker that `run` started: get SIGINT when `run` dies, however it dies (SIGKILL too),
-    so no worker trains on without it (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
-    parent = os.environ.get(PARENT_ENV)
-    if not parent or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
-    if os.getppid() != int(parent):  # it died before the line above: nothing would signal us
-        os.kill(os.getpid(), signal.SIGINT)
-
-
-def _stop(workers: list[subprocess.Popen], grace_s: float = 60.0) -> None:
-    """SIGINT to each worker still running, then wait: each puts its trial back in the queue (a
-    worker killed outright leaves its trial to the heartbeat, which re-queues it on the next run)."""
-    for w in workers:
-        if w.poll() is None:
-            w.send_signal(signal.SIGINT)
-    deadline = time.monotonic() + grace_s
-    for w in workers:
-        try:
-            w.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            w.kill()
-
-
-def _wait(workers: list[subprocess.Popen], study: Any, s: Setup) -> list[int]:
-    """Exit codes of the worker processes; meanwhile the study's progress (`watch`)."""
-    if study is not None:
-        running = lambda: any(w.poll() is None for w in workers)  # noqa: E731
-        watch(study, _planned(s), len(workers), running, f"trials ({len(workers)} workers)")
-    return [w.wait() for w in workers]
 
 
 def watch(study: Any, planned: int, workers: int, running: Any, desc: str, poll_s: float = 2.0) -> None:
@@ -303,6 +215,7 @@ def worker(request: Request) -> int:
 
     from suite.study.storage import open_storage
 
+    stop_with_parent()  # first: whatever stop handling this process inherited, a stop reaches it
     if request.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
     storage = open_storage(str(request.storage))
@@ -315,7 +228,6 @@ def worker(request: Request) -> int:
     info = study.user_attrs.get("run_info")
     if not info:
         raise SuiteError(f"study {request.study!r}: has no run info (start it with `suite run`)")
-    stop_with_parent()
     s = join_study(request, info)
     import torch
 

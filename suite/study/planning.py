@@ -27,6 +27,7 @@ from suite.study.storage import public_url
 def plan_study(request: Request) -> tuple[Setup, optuna.Study]:
     """Check every input, then open the request's study and queue its plan; nothing is written
     before the checks pass (a refused study is one line, exit 2)."""
+    from suite.study.lock import study_lock
     from suite.study.plan import enqueue_plan, note_repeated_runs
     from suite.study.preflight import check_writable, make_run_folder
     from suite.study.storage import open_storage
@@ -36,23 +37,26 @@ def plan_study(request: Request) -> tuple[Setup, optuna.Study]:
     storage = open_storage(s.url) if request.storage else None  # reachable before anything is written
     check_writable(s.folder)
     make_run_folder(s.folder)
-    study = open_or_resume(storage or open_storage(s.url), s)
-    if "run_info" not in study.user_attrs:  # the study's creation is its provenance
-        info = run_info(s.task, s.sweep, request.profile, s.model, s.prepared)
-        study.set_user_attr(
-            "run_info",
-            {
-                **info,
-                "study": s.name,
-                "storage": public_url(s.url),
-                "trainer": s.trainer,
-                "threads": s.threads,
-                "stack": s.stack or None,  # planned for other machines: its first worker's (adopt_stack)
-            },
-        )
-    enqueue_plan(study, s.task, s.sweep)  # a random or QMC study's settings: drawn once, stored
-    if note := note_repeated_runs(study):  # planned before `full` was planned once
-        print(note, file=sys.stderr)
+    # Under the study's lock, as pops are: concurrent runs of one study create it once and
+    # queue each planned trial once (the second finds the first's queue).
+    with study_lock(s.url, s.name):
+        study = open_or_resume(storage or open_storage(s.url), s)
+        if "run_info" not in study.user_attrs:  # the study's creation is its provenance
+            info = run_info(s.task, s.sweep, request.profile, s.model, s.prepared)
+            study.set_user_attr(
+                "run_info",
+                {
+                    **info,
+                    "study": s.name,
+                    "storage": public_url(s.url),
+                    "trainer": s.trainer,
+                    "threads": s.threads,
+                    "stack": s.stack or None,  # planned for other machines: its first worker's (adopt_stack)
+                },
+            )
+        enqueue_plan(study, s.task, s.sweep)  # a random or QMC study's settings: drawn once, stored
+        if note := note_repeated_runs(study):  # planned before `full` was planned once
+            print(note, file=sys.stderr)
     return s, study
 
 

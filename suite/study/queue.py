@@ -4,33 +4,21 @@ does not grow with the queue."""
 from __future__ import annotations
 
 import copy
-import fcntl
 import random
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import optuna
 from optuna.storages import fail_stale_trials
 
+from suite.study.lock import storage_url, study_lock
 
-@contextmanager
-def queue_lock(study: optuna.Study) -> Iterator[None]:
-    """Makes popping the queue atomic across processes on SQLite. Optuna pops a queued trial
-    with SELECT ... FOR UPDATE, which server databases honour and SQLite ignores: two workers
-    starting together would both run trial 0. A file lock beside the database serialises the
-    pop there (SQLite is one machine's file anyway)."""
-    backend = getattr(study._storage, "_backend", study._storage)
-    url = str(getattr(backend, "url", ""))
-    if not url.startswith("sqlite:///"):
-        yield
-        return
-    with open(url.removeprefix("sqlite:///") + ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+
+def queue_lock(study: optuna.Study) -> AbstractContextManager[None]:
+    """The study's lock (suite/study/lock.py), held around a pop: Optuna pops a queued trial with
+    SELECT ... FOR UPDATE, which server databases honour and SQLite ignores (two workers starting
+    together would both run trial 0), and planning and putting back take the same lock."""
+    return study_lock(storage_url(study._storage), study.study_name)
 
 
 def pop_planned(study: optuna.Study) -> optuna.Trial | None:

@@ -19,12 +19,14 @@ from optuna.trial import TrialState
 from suite.config.sweep import SweepSpec
 from suite.config.task import TaskSpec
 from suite.errors import SuiteError
+from suite.faults import reach
 from suite.heads.registry import PreparedTask
 from suite.study.memory import release, reset_peak, trimming
 from suite.study.plan import proposing_sampler, replicate_plans, retry_attrs, trial_attrs
 from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
 from suite.study.records import outcome
 from suite.study.storage import HEARTBEAT_ENV
+from suite.study.supervise import WORKER_ATTR, stop_point, stops_allowed, stops_held
 from suite.study.trial_progress import TrialProgress
 from suite.training.trial import Seeds, TrialPlan, run_trial
 
@@ -86,40 +88,49 @@ def work(
 
     ran = 0
     heartbeat = int(os.environ.get(HEARTBEAT_ENV, "30"))
-    while True:
-        fail_dead_trials(study)
-        with queue_lock(study):
-            trial = pop_planned(study)
-            trials = study.get_trials(deepcopy=False)
-            if trial is None and sweep.adaptive and settings_proposed(trials) < sweep.budget:
-                trial = _propose(study, task.spec, sweep)
-        if trial is None:
-            if any(t.state == TrialState.RUNNING for t in trials):
-                time.sleep(min(heartbeat, 5))
-                continue
-            return ran
-        try:  # from the pop until the study is told: Ctrl-C anywhere in between puts the trial back
-            with get_heartbeat_thread(trial._trial_id, study._storage):
-                try:
-                    record = _run_one(trial, task, model, sweep, stamp, trainer, progress)
-                except SuiteError as err:  # a user error inside a trial stops the study, not a run
-                    attrs = retry_attrs(trial, trial.user_attrs.get("attempt", 1))
-                    trial.set_user_attr("record", {**attrs, "outcome": "errored", "reason": str(err)})
-                    study.tell(trial, state=TrialState.FAIL)
-                    raise
-                finally:
-                    release()  # before the next trial builds its module, optimizer and trainer
-            _tell(study, trial, record, task.baseline[task.spec.metric.main])
-        except (KeyboardInterrupt, SystemExit) as err:  # Lightning turns Ctrl-C into SystemExit(1)
-            if not study._storage.get_trial(trial._trial_id).state.is_finished():
-                _put_back(study, trial)
-            raise Interrupted(ran) from err
-        if outcome(record) == "errored" and record["attempt"] < MAX_ATTEMPTS:
-            attrs = retry_attrs(trial, record["attempt"] + 1)
-            study.enqueue_trial(attrs["setting"], user_attrs=attrs, skip_if_exists=False)
-        ran += 1
-        if on_done is not None:
-            on_done(record)
+    baseline = task.baseline[task.spec.metric.main]
+    with stops_held():  # a stop lands while a trial trains or while this worker waits, never mid-pop
+        while True:
+            trial = None
+            try:  # from the pop until the study is told: a stop anywhere in between puts the trial back
+                stop_point()  # a stop held during the last outcome: take no new trial
+                with queue_lock(study):
+                    fail_dead_trials(study)
+                    trial = pop_planned(study)
+                    trials = study.get_trials(deepcopy=False)
+                    if trial is None and sweep.adaptive and settings_proposed(trials) < sweep.budget:
+                        trial = _propose(study, task.spec, sweep)
+                    if trial is not None and stamp.get("worker"):  # `run` names it if this worker dies
+                        study._storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, stamp["worker"])
+                if trial is None:
+                    if not any(t.state == TrialState.RUNNING for t in trials):
+                        return ran
+                    with stops_allowed():
+                        time.sleep(min(heartbeat, 5))
+                    continue
+                with get_heartbeat_thread(trial._trial_id, study._storage):
+                    try:
+                        with stops_allowed():
+                            record = _run_one(trial, task, model, sweep, stamp, trainer, progress)
+                    except SuiteError as err:  # a user error inside a trial stops the study, not a run
+                        attrs = retry_attrs(trial, trial.user_attrs.get("attempt", 1))
+                        trial.set_user_attr("record", {**attrs, "outcome": "errored", "reason": str(err)})
+                        study.tell(trial, state=TrialState.FAIL)
+                        raise
+                    finally:
+                        release()  # before the next trial builds its module, optimizer and trainer
+                with queue_lock(study):  # told and, if errored, queued again: one step for a planner
+                    _tell(study, trial, record, baseline)
+                    if outcome(record) == "errored" and record["attempt"] < MAX_ATTEMPTS:
+                        attrs = retry_attrs(trial, record["attempt"] + 1)
+                        study.enqueue_trial(attrs["setting"], user_attrs=attrs, skip_if_exists=False)
+            except (KeyboardInterrupt, SystemExit) as err:  # Lightning turns Ctrl-C into SystemExit(1)
+                if trial is not None and not study._storage.get_trial(trial._trial_id).state.is_finished():
+                    _put_back(study, trial)
+                raise Interrupted(ran) from err
+            ran += 1
+            if on_done is not None:
+                on_done(record)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -133,10 +144,12 @@ class Interrupted(KeyboardInterrupt):
 
 def _put_back(study: optuna.Study, trial: optuna.Trial) -> None:
     """An interrupted trial is no outcome: fail it without a record (so nothing reads it as a run)
-    and queue the same plan again, at the same attempt."""
-    study.tell(trial, state=TrialState.FAIL)
-    attrs = retry_attrs(trial, trial.user_attrs.get("attempt", 1))
-    study.enqueue_trial(attrs["setting"], user_attrs=attrs, skip_if_exists=False)
+    and queue the same plan again, at the same attempt (one step under the lock: a planner between
+    the two would queue it too)."""
+    with queue_lock(study):
+        study.tell(trial, state=TrialState.FAIL)
+        attrs = retry_attrs(trial, trial.user_attrs.get("attempt", 1))
+        study.enqueue_trial(attrs["setting"], user_attrs=attrs, skip_if_exists=False)
 
 
 def _run_one(
@@ -154,6 +167,7 @@ def _run_one(
     plan = TrialPlan(attrs["size"], sweep.hparams_for(attrs["setting"]), Seeds(**attrs["seeds"]))
     pruning = trial if sweep.pruner.type != "none" else None
     watch = [TrialProgress(trial, task.spec.metric.main)]
+    reach("trial", attrs["key"])
     reset_peak()  # the record's peak_rss_mb: this trial's own
     record = run_trial(task, model, plan, progress, trainer, pruning, callbacks=watch)
     return {**record, **stamp, "trial_number": trial.number, "attempt": attrs.get("attempt", 1)}

@@ -104,3 +104,73 @@ def test_kills_at_random_moments_then_rerun(
             break
     assert final.returncode == 0, final.stderr[-2000:]
     _check_complete(next(out.glob("*/*")), uninterrupted)
+
+
+BACKGROUND = '"$@" & echo $!; wait'  # a plain background job of a script: its SIGINT is ignored
+
+
+def _gone(pid: int) -> bool:
+    """The process ended (a zombie no one reaped yet counts as ended)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def _wait_for(condition, what: str, seconds: float) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what} after {seconds:.0f} s"
+        time.sleep(0.2)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_a_stop_reaches_the_workers_of_a_run_started_as_a_background_job(
+    stop: signal.Signals, tiny_task: Path, tiny_models, tmp_path: Path
+) -> None:  # noqa: ANN001
+    """`run` with 2 workers, started as `cmd &` by a script (so it and its workers inherit SIGINT
+    ignored); each worker ends one trial and hangs in its second. Killed outright, or stopped with
+    SIGTERM, `run`'s workers stop and put their trials back; SIGTERM's message counts what ended."""
+    trace = tmp_path / "trace"
+    command = _command(tiny_task, tiny_models["bert"], tmp_path / "out") + ["--seeds", "6", "--workers", "2"]
+    env = {**_env(tmp_path / "cache"), "SUITE_TRACE": str(trace), "SUITE_STALL_AT": "trial:2"}
+    script = subprocess.Popen(
+        ["bash", "-c", BACKGROUND, "bash", *command],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    run, workers = int(script.stdout.readline()), []
+
+    def started() -> Counter:  # worker pid -> trials it started
+        lines = trace.read_text().splitlines() if trace.exists() else []
+        return Counter(int(line.split()[1]) for line in lines if line.startswith("trial "))
+
+    try:
+        _wait_for(lambda: sorted(started().values()) == [2, 2], "both workers in their second trial", 600)
+        workers = list(started())
+        os.kill(run, stop)
+        _wait_for(lambda: all(_gone(pid) for pid in workers), "the workers to stop", 60)
+        _, err = script.communicate(timeout=120)
+    finally:  # a failed check leaves no hung process behind
+        for pid in [run, *workers]:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        script.kill()
+
+    folder = next((tmp_path / "out").glob("*/*"))
+    states = Counter(
+        t.state.name
+        for t in optuna.load_study(study_name=None, storage=f"sqlite:///{folder / 'study.db'}").get_trials()
+    )
+    assert states["COMPLETE"] == 2 and states["RUNNING"] == 0  # the hung trials were put back
+    assert states["WAITING"] == 6 - 2  # and queued again: the rerun resumes them at once
+    if stop == signal.SIGTERM:
+        assert f"interrupted: {states['COMPLETE']} of 6 planned trials ended, 4 left" in err, err[-2000:]
+        assert "went back to the queue" in err

@@ -1,0 +1,203 @@
+"""How a study's processes stop, and how `run` starts, waits for and stops its local workers.
+
+A stop is SIGINT (Ctrl-C), SIGTERM (a scheduler, `timeout`, CI) or SIGHUP (the terminal closed).
+Inside a process it is raised as KeyboardInterrupt only where nothing is half-done: a worker holds
+stops (`stops_held`) while it takes a trial, tells the study an outcome or puts a trial back, and
+lets them through (`stops_allowed`) while a trial trains or while it waits for others; a stop that
+came while held is raised where they are let through again, so none is lost.
+
+`run`'s workers run in their own session, so a terminal's Ctrl-C reaches `run` only: `run` passes
+each stop on as SIGTERM and waits, a bounded time, for every worker to put its running trial back.
+A worker sets its own stop handling when it starts, whatever it inherited (a job started as
+`cmd &` from a script inherits SIGINT ignored), and asks the kernel for SIGTERM when `run` dies,
+however it dies (SIGKILL too), so no worker trains on without it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from suite.study.setup import Setup
+
+PARENT_ENV = "SUITE_PARENT_PID"  # in a worker `run` started: `run`'s pid (its death stops the worker)
+WORKER_ATTR = "worker"  # a running trial's system attribute: host:pid of the worker that took it
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_GRACE_S = 60.0  # how long `run` waits for a stopped worker to put its trial back
+
+_held = 0  # depth of `stops_held` regions in this process
+_pending: str | None = None  # a stop that came while held
+
+
+def _on_stop(signum: int, frame: Any) -> None:
+    global _pending
+    name = signal.Signals(signum).name
+    if _held:
+        _pending = name
+        return
+    raise KeyboardInterrupt(name)
+
+
+def stop_point() -> None:
+    """Raise now a stop that came while stops were held."""
+    global _pending
+    if _pending is not None:
+        name, _pending = _pending, None
+        raise KeyboardInterrupt(name)
+
+
+@contextmanager
+def stops_held() -> Iterator[None]:
+    """A stop that comes inside waits until the outermost held region ends (and is raised then), or
+    until `stops_allowed`. Left by an exception, the stop is already under way: a held one is dropped."""
+    global _held, _pending
+    _held += 1
+    try:
+        yield
+    except BaseException:
+        if _held == 1:
+            _pending = None
+        raise
+    finally:
+        _held -= 1
+    if not _held:
+        stop_point()
+
+
+@contextmanager
+def stops_allowed() -> Iterator[None]:
+    """Inside held code, a region where a stop is raised at once (one held before, on entry)."""
+    global _held
+    saved, _held = _held, 0
+    try:
+        stop_point()
+        yield
+    finally:
+        _held = saved
+
+
+def install_stops() -> None:
+    """In a worker, when it starts: SIGINT, SIGTERM and SIGHUP stop it, whatever it inherited."""
+    for sig in STOPS:
+        signal.signal(sig, _on_stop)
+
+
+@contextmanager
+def stops_as_interrupts() -> Iterator[None]:
+    """`run` itself: each stop stops the study (the workers in their own session hear none). A
+    stop the shell set to be ignored stays ignored: a background job's SIGINT, `nohup`'s SIGHUP."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in STOPS}
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(sig, _on_stop)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: a handler set outside Python, which cannot be put back
+                signal.signal(sig, handler)
+
+
+def stop_with_parent() -> None:
+    """In a worker: its own stops (`install_stops`), and, when `run` started it, SIGTERM from the
+    kernel when `run` dies, however it dies (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
+    install_stops()
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(parent):  # it died before the line above: nothing would signal us
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop reached `run_workers`: every worker stopped; `waiting` are the trials a worker still
+    held when it ended (killed after the grace period, or dead): each goes back to the queue when its
+    heartbeat goes stale."""
+
+    def __init__(self, waiting: list[int]) -> None:
+        super().__init__(f"stopped; trials waiting for their heartbeat: {waiting}")
+        self.waiting = waiting
+
+
+def run_workers(
+    s: Setup,
+    study: Any,
+    environments: list[dict[str, str]] | None = None,
+    watch: Callable[[Callable[[], bool]], None] | None = None,
+) -> list[int]:
+    """N local worker processes on the shared storage, each with its share of the CPU threads (or,
+    on GPUs, its own device); `watch(running)` shows progress while `running()`. Returns their exit
+    codes (the study's state, not these, decides the run's). A stop passes on to every worker;
+    once each has put its trial back (or the grace period passed), `Stopped` is raised."""
+    if environments is None:
+        from suite.model.devices import worker_environment
+
+        environments = [worker_environment(i, s.trainer) for i in range(s.workers)]
+    workers: list[subprocess.Popen] = []
+    with stops_held():  # a stop while starting them is raised once every worker is known
+        try:
+            for own in environments:
+                env = {**os.environ, **own, PARENT_ENV: str(os.getpid())}
+                workers.append(subprocess.Popen(worker_command(s), env=env, start_new_session=True))
+            with stops_allowed():
+                if watch is not None:
+                    watch(lambda: any(w.poll() is None for w in workers))
+                return [w.wait() for w in workers]
+        except KeyboardInterrupt as err:
+            ended = stop_workers(workers)
+            raise Stopped(trials_held_by(study, ended)) from err
+
+
+def worker_command(s: Setup) -> list[str]:
+    """`suite worker` on this study, as this `run` would run a trial."""
+    command = [sys.executable, "-m", "suite", "worker", "--storage", s.url, "--study", s.name]
+    command += ["--threads", str(s.threads), "--quiet"]
+    if s.request.data_dir:
+        command += ["--data-dir", str(s.request.data_dir)]
+    for option, value in s.trainer.items():
+        command += [f"--{option}", str(value)]
+    if s.request.allow_stack_change:
+        command += ["--allow-stack-change"]
+    return command
+
+
+def stop_workers(workers: list[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> list[int]:
+    """SIGTERM to each worker still running, then wait for all of them to end: each puts its trial
+    back in the queue. One still running after `grace_s` is killed (its trial then comes back
+    through its heartbeat). Returns the pids of every worker."""
+    for w in workers:
+        if w.poll() is None:
+            w.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for w in workers:
+        try:
+            w.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            w.kill()
+            w.wait()
+    return [w.pid for w in workers]
+
+
+def trials_held_by(study: Any, pids: list[int]) -> list[int]:
+    """Numbers of the study's running trials that one of these (ended) worker processes took."""
+    import socket
+
+    from optuna.trial import TrialState
+
+    ours = {f"{socket.gethostname()}:{pid}" for pid in pids}
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    return [t.number for t in running if t.system_attrs.get(WORKER_ATTR) in ours]
