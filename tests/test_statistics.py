@@ -245,28 +245,43 @@ def _intervals_in(tree: object, path: str = "") -> list[tuple[str, list[float]]]
 
 def test_no_interval_in_a_summary_has_zero_width() -> None:
     """Studies whose runs tie, all or nearly all (every run failed at the baseline; one run of 7 or
-    of a 3 x 3 grid succeeded; a whole init row collapsed): every interval anywhere in `summarize`
-    (intervals, expected max, variance components, shares) is either absent or has width; where
-    the runs tie the statistics say they cannot bound it."""
+    of a 3 x 3 grid succeeded; a whole init row collapsed; 11 or 8 of 12 failed): every interval
+    anywhere in `summarize` (intervals, expected max, variance components, shares) is either
+    absent or has width, but a median's where over half of all runs provably score it (exact
+    binomial lower bound on the share at that value above 1/2, computed here by scipy)."""
     b = 0.527
     one_up = np.full((1, 3, 3), b)
     one_up[0, 1, 2] = 0.71
     row = np.random.default_rng(3).normal(0.7, 0.02, (1, 3, 3))
     row[0, 0] = b
+
+    def failed(k: int, n: int) -> list[dict]:
+        good = [{"score": 0.70 + 0.01 * i, "outcome": "succeeded"} for i in range(n - k)]
+        return [{"score": b, "outcome": "failed"}] * k + good
+
     studies = {
-        "6 failed": [{"score": b, "outcome": "failed"}] * 6,
-        "3 x 3 failed": [r | {"outcome": "failed"} for r in grid_records(np.full((1, 3, 3), b))],
-        "6 of 7 failed": [{"score": b, "outcome": "failed"}] * 6 + [{"score": 0.7, "outcome": "succeeded"}],
-        "8 of 9 failed": grid_records(one_up),
-        "a row collapsed": grid_records(row),
+        "6 failed": (failed(6, 6), 6),
+        "3 x 3 failed": ([r | {"outcome": "failed"} for r in grid_records(np.full((1, 3, 3), b))], 3),
+        "6 of 7 failed": (failed(6, 7), 7),
+        "8 of 9 failed": (grid_records(one_up), 3),
+        "a row collapsed": (grid_records(row), 3),
+        "11 of 12 failed": (failed(11, 12), 12),
+        "8 of 12 failed": (failed(8, 12), 12),
     }
-    for name, records in studies.items():
+    for name, (records, units) in studies.items():
         s = summarize(records, resamples=300)
         pairs = _intervals_in(s)
         assert pairs, name
+        at_b = sum(r["score"] == b for r in records)
+        share = stats.beta.ppf(0.025, at_b * units / len(records), units - at_b * units / len(records) + 1)
         for where, (low, high) in pairs:
-            assert high > low, (name, where, low, high)
-    tied = summarize(studies["6 failed"], resamples=300)
-    for block in ("median", "mean", "std", "iqr"):
+            if where.endswith(("/median/ci95", "/ci95_median")) and share > 0.5:
+                assert low == high == b, (name, where)  # pinned: the median is b
+            else:
+                assert high > low, (name, where, low, high)
+    tied = summarize(studies["6 failed"][0], resamples=300)
+    for block in ("mean", "std", "iqr"):
         assert tied["intervals"][block]["method"].startswith("cannot bound")
+    assert tied["intervals"]["median"]["method"].startswith("the median is 0.527")
     assert tied["intervals"]["failure_rate"]["ci95"][1] == 1.0  # every run failed: [exact bound, 1]
+    assert summarize(studies["8 of 12 failed"][0], resamples=300)["intervals"]["median"]["ci95"][1] > b

@@ -429,18 +429,22 @@ def test_same_n_comparison_without_spread_cannot_decide() -> None:
 
 @pytest.mark.parametrize("n", [3, 6, 10])
 def test_tied_runs_bound_no_statistic_and_say_what_they_do_bound(n: int) -> None:
-    """n runs that all failed at the baseline: no mean, median, std or IQR interval (the old rule
-    gave [b, b] and [0, 0] from 6 runs), the reason in `method`, and in `tied` the share of runs
-    that score b, at least the exact binomial bound on the seeds of the smallest axis."""
+    """n runs that all failed at the baseline: no mean, std or IQR interval (the old rule gave
+    [b, b] and [0, 0] from 6 runs), the reason in `method`, and in `tied` the share of runs that
+    score b, at least the exact binomial bound on the seeds of the smallest axis. The median is b
+    exactly where that bound exceeds 1/2 (6 or more seeds per axis): [b, b], and said why."""
     for records, units in (
         ([{"score": 0.527, "outcome": "failed"}] * n, n),
         (grid_records(np.full((1, n, n), 0.527)), n),  # n x n grid: n seeds per axis, not n^2 runs
     ):
         found = intervals(records, resamples=200)
+        exact = stats.binomtest(units, units).proportion_ci(method="exact").low
         for name in ("median", "mean", "std", "iqr"):
             block = found[name]
-            assert block["ci95"] is None and block["method"].startswith("cannot bound"), name
-            exact = stats.binomtest(units, units).proportion_ci(method="exact").low
+            if name == "median" and exact > 0.5:
+                assert block["ci95"] == [0.527, 0.527] and block["method"].startswith("the median is 0.527")
+            else:
+                assert block["ci95"] is None and block["method"].startswith("cannot bound"), name
             assert block["tied"] == {
                 "value": 0.527,
                 "runs": len(records),

@@ -4,13 +4,16 @@ simulation at the 3-10 runs the default profiles use (small-N honesty: a median 
 to one of them gets a t floor). The predictive distribution of a k-run statistic (same-n
 comparisons) is in suite.stats.gap; the failure rate's interval in suite.stats.failure_rate.
 
-No interval has zero width. Where every run scored the same (every run failed at the baseline,
-the smoke case) the runs cannot bound a mean, a spread or even a median: a run that differs could
-lie anywhere, and 6 runs that all failed say nothing about where a seventh that did not would
-score. There ci95 is None, `method` says so, and `tied` gives what the runs do bound: the share
-of runs that score that value is at least (2.5%)^(1/m) at 95% (the exact binomial bound, m the
-seeds on the smallest seed axis, as failures cluster by seed). The old rule gave [b, b] from 6
-tied runs: the mean's interval then covered 46-47% at N = 6 when 90% of runs fail.
+No interval of a mean or a spread has zero width. Where every run scored the same (every run
+failed at the baseline, the smoke case) the runs cannot bound a mean, a std or an IQR: a run that
+differs could lie anywhere, and 6 runs that all failed say nothing about where a seventh that did
+not would score. There ci95 is None, `method` starts "cannot bound", and `tied` gives what the
+runs do bound: the share of runs that score that value is at least (2.5%)^(1/m) at 95% (the
+exact binomial bound, m the seeds on the smallest seed axis, as failures cluster by seed). The
+old rule gave [b, b] from 6 tied runs: the mean's interval then covered 46-47% at N = 6 when 90%
+of runs fail. The median is the exception, and only where that share is above 1/2 (`pinned`:
+from 6 tied independent runs or 6 seeds per axis, or 11 runs of 12): then the median IS b, and
+[b, b] is its interval, with `method` saying why; below that, none.
 Every interval here is *across seeds*, never across the examples of one dev set.
 """
 
@@ -68,6 +71,7 @@ Statistic = str | Callable[[np.ndarray], float]
 PERCENTILE = "percentile bootstrap, 95%"
 FLOOR_LEVELS = 5  # the median's interval is floored at the mean's t interval below this many seeds
 TIED = "cannot bound: all {n} runs scored {value:.6g}; a run that differs could score anything"
+PINNED = "the median is {value:.6g}: at 95% over half of all runs score exactly that ({k} of {n} here)"
 FLAT = "cannot bound: no resample of the runs moves it (nearly all runs alike)"
 
 
@@ -149,7 +153,8 @@ def calibrated_ci(
     estimate, so a median next to the min or max gets no room on that side (88-92% coverage);
     from 5 levels the median's percentile interval is wide enough, and the mean's SE would
     overstate a median's with collapsed runs far below. The percentile side still carries skew.
-    No interval (NaN) where the runs all tie: `no_spread`."""
+    No interval (NaN) where the runs all tie (`no_spread`) or no resample moves the estimate, but
+    for a median that is `pinned`."""
     low, high = _quantiles(replicates, [0.025, 0.975])
     factor, df = stacked_widening(c, n)
     levels = min(n, default=1)
@@ -159,7 +164,21 @@ def calibrated_ci(
         floor = np.zeros_like(floor)
     low = np.minimum(estimate - factor * (estimate - low), estimate - floor)
     high = np.maximum(estimate + factor * (high - estimate), estimate + floor)
-    return np.where(no_spread(x)[:, None], np.nan, np.stack([low, high], 1))
+    none = (no_spread(x) | ~(high > low)) & ~(pinned(x, estimate, n) if statistic == "median" else False)
+    return np.where(none[:, None], np.nan, np.stack([low, high], 1))
+
+
+def pinned(x: np.ndarray, median: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """(T,) True where more than half of ALL runs score exactly our `median`, at 95%: the exact
+    binomial lower bound on the share of runs at it (its k of N runs scaled to the m seeds of the
+    smallest seed axis, as runs that share a seed fail together) exceeds 1/2. The median then is
+    that value, and [median, median] is its interval: the one case where zero width is right (6
+    independent runs that all failed: the share is at least 0.54; a 3 x 3 grid: only 0.29)."""
+    count = np.isfinite(x).sum(1)
+    units = min(levels, default=x.shape[1])
+    with np.errstate(all="ignore"):
+        k = (x == median[:, None]).sum(1) * units / np.maximum(count, 1)
+        return stats.beta.ppf(0.025, k, units - k + 1) > 0.5
 
 
 def no_spread(x: np.ndarray) -> np.ndarray:
@@ -203,9 +222,9 @@ def intervals(
     """{median, mean, std, iqr: {estimate, ci95, unit, method, widening}} of the runs' scores
     (failed runs as scored unless excluded), and failure_rate (`failure_interval`: over seed
     units) unless failures are excluded. Median and mean: `calibrated_ci`; std: basic, log scale;
-    IQR: log scale; both widened for few seeds. No interval has zero width: where the runs cannot
-    bound a statistic ci95 is None and `method` starts "cannot bound"; where they all tie, each
-    statistic also gets `tied` (`tied`: the share of runs at that value they do bound).
+    IQR: log scale; both widened for few seeds. Where the runs cannot bound a statistic ci95 is
+    None and `method` starts "cannot bound"; where they all tie, each statistic also gets `tied`
+    (the share of runs at that value they do bound). Zero width only for a `pinned` median.
 
     Measured coverage at nominal 95% (2000 simulated studies each, Monte-Carlo SE 0.5%; normal,
     lognormal(0, 0.5), beta(8, 1.5), and 25% / 40% of runs, or of init seeds on a grid,
@@ -239,11 +258,15 @@ def intervals(
         else:
             scale = {"std": "log_basic", "iqr": "log"}[name]
             ci, how = widen(percentile_ci(replicates) if spread else None, estimate, factor, scale), method
-        if ci is not None and not ci[1] > ci[0]:  # every resample alike (the IQR of runs nearly all tied)
-            ci, how = None, FLAT
+        if ci is not None and not ci[1] > ci[0] and name != "median":  # every resample alike
+            ci = None
+        if ci is not None and not ci[1] > ci[0]:  # a median that calibrated_ci found `pinned`
+            how = PINNED.format(value=estimate, k=int((x == estimate).sum()), n=x.size)
+        elif ci is None and x.size >= 2:
+            how = FLAT if spread else TIED.format(n=x.size, value=x[0])
         out[name] = {"estimate": estimate, "ci95": ci, "unit": unit, "method": how, "widening": factor}
         if x.size >= 2 and not spread:
-            out[name] |= {"method": TIED.format(n=x.size, value=x[0]), "tied": tied(x, n)}
+            out[name]["tied"] = tied(x, n)
     if not exclude_failed:
         out["failure_rate"] = failure_interval(records, resamples, seed)
     return out
