@@ -15,7 +15,7 @@ a task: with task weights 1/K, P(every run above) <= share^(K n_min)); a share t
 moves otherwise (each task's runs all on one side) gets each task's exact bound, Bonferroni over
 the tasks. An IQM or probability of improvement that no resample moves (tied runs) gets None.
 
-Measured coverage at nominal 95% (tests/test_aggregate.py; 5 tasks, normalised scores normal with
+Measured coverage at nominal 95% (tests/test_aggregate_intervals.py; 5 tasks, normalised scores normal with
 the constant prediction 4-5 SD below, 0% and 20% of runs collapsed onto it; 2000 simulated studies
 per case, Monte-Carlo SE 0.5 points), rliable's percentile -> widened, at 3, 5, 10 runs per task:
 - IQM: 85.7-92.9% -> 94.5-97.2% (widths x1.5 at 3 runs, x1.2 at 5, x1.1 at 10). With 20%
