@@ -4,7 +4,8 @@ point, and can leave a trace of the points it reached.
 `SUITE_KILL_AT=point[:n]` sends SIGKILL to this process the n-th time (default 1st) it reaches
 `point`; with `SUITE_KILL_ONCE=FILE` only the first process to create FILE dies (one worker of
 many). `SUITE_STALL_AT=point[:n]` hangs it there instead (a step that never ends), until a stop
-(a signal) interrupts it. `SUITE_TRACE=FILE` appends `point pid detail` to FILE each time a
+(a signal) interrupts it; with `SUITE_STALL_DEAF=1` no stop does (it ignores SIGINT, SIGTERM and
+SIGHUP from then on, like a process hung where no signal handler runs), only a kill. `SUITE_TRACE=FILE` appends `point pid detail` to FILE each time a
 process reaches a point: how often each trial trained, and by which processes, counted across
 processes. Points: `trial` (a worker starts a trial; detail: its key), `cache_write` (a feature
 file written, not yet in place), `train_step`, `evaluation` (a dev evaluation done, not yet
@@ -30,6 +31,9 @@ def reach(point: str, detail: str = "") -> None:
         return
     _REACHED[point] += 1
     if _is_now(stall, point):
+        if os.environ.get("SUITE_STALL_DEAF"):
+            for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(stop, signal.SIG_IGN)
         while True:  # until a stop's KeyboardInterrupt (or a kill) ends it
             time.sleep(1)
     if not _is_now(kill, point):

@@ -16,7 +16,7 @@ from suite.config.task import TaskSpec
 from suite.errors import SuiteError
 from suite.study.setup import Setup, join_study
 from suite.study.storage import public_url
-from suite.study.supervise import STOP_GRACE_S, run_workers, stop_with_parent, stops_as_interrupts
+from suite.study.supervise import Stopped, run_workers, stop_with_parent, stops_as_interrupts
 
 
 def run(request: Request) -> int:
@@ -90,12 +90,12 @@ def _run_workers(s: Setup, study: Any, environments: list[dict[str, str]] | None
 
 def _what_became_of(stop: KeyboardInterrupt) -> str:
     """The running trials of a stopped `run`: put back, or (named) waiting for their heartbeat."""
-    waiting = getattr(stop, "waiting", None)
-    if not waiting:
+    if not isinstance(stop, Stopped) or not stop.waiting:
         return PUT_BACK
+    trials = f"trial{'s' if len(stop.waiting) > 1 else ''} {', '.join(map(str, stop.waiting))}"
     return (
-        f"trial {', '.join(map(str, waiting))} still marked running: its worker did not put it back "
-        f"within {STOP_GRACE_S:.0f} s; it goes back to the queue once its heartbeat is stale"
+        f"{trials} still marked running, not put back within {stop.grace_s:.0f} s: each goes back to "
+        "the queue once its heartbeat is stale"
     )
 
 

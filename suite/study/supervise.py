@@ -30,7 +30,7 @@ from suite.study.setup import Setup
 PARENT_ENV = "SUITE_PARENT_PID"  # in a worker `run` started: `run`'s pid (its death stops the worker)
 WORKER_ATTR = "worker"  # a running trial's system attribute: host:pid of the worker that took it
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-STOP_GRACE_S = 60.0  # how long `run` waits for a stopped worker to put its trial back
+GRACE_ENV = "SUITE_STOP_GRACE_S"  # how long `run` waits for stopped workers (default 60 s)
 
 _held = 0  # depth of `stops_held` regions in this process
 _pending: str | None = None  # a stop that came while held
@@ -124,13 +124,13 @@ def stop_with_parent() -> None:
 
 
 class Stopped(KeyboardInterrupt):
-    """A stop reached `run_workers`: every worker stopped; `waiting` are the trials a worker still
-    held when it ended (killed after the grace period, or dead): each goes back to the queue when its
+    """A stop reached `run_workers`: every worker ended; `waiting` are the trials a worker still
+    held when it ended (killed after `grace_s`, or dead): each goes back to the queue when its
     heartbeat goes stale."""
 
-    def __init__(self, waiting: list[int]) -> None:
+    def __init__(self, waiting: list[int], grace_s: float) -> None:
         super().__init__(f"stopped; trials waiting for their heartbeat: {waiting}")
-        self.waiting = waiting
+        self.waiting, self.grace_s = waiting, grace_s
 
 
 def run_workers(
@@ -158,8 +158,9 @@ def run_workers(
                     watch(lambda: any(w.poll() is None for w in workers))
                 return [w.wait() for w in workers]
         except KeyboardInterrupt as err:
-            ended = stop_workers(workers)
-            raise Stopped(trials_held_by(study, ended)) from err
+            grace_s = float(os.environ.get(GRACE_ENV, "60"))
+            ended = stop_workers(workers, grace_s)
+            raise Stopped(trials_held_by(study, ended), grace_s) from err
 
 
 def worker_command(s: Setup) -> list[str]:
@@ -175,7 +176,7 @@ def worker_command(s: Setup) -> list[str]:
     return command
 
 
-def stop_workers(workers: list[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> list[int]:
+def stop_workers(workers: list[subprocess.Popen], grace_s: float) -> list[int]:
     """SIGTERM to each worker still running, then wait for all of them to end: each puts its trial
     back in the queue. One still running after `grace_s` is killed (its trial then comes back
     through its heartbeat). Returns the pids of every worker."""

@@ -121,6 +121,12 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _started(trace: Path) -> Counter:
+    """Worker pid -> the trials it started (from the fault hooks' trace file)."""
+    lines = trace.read_text().splitlines() if trace.exists() else []
+    return Counter(int(line.split()[1]) for line in lines if line.startswith("trial "))
+
+
 def _wait_for(condition, what: str, seconds: float) -> None:  # noqa: ANN001
     deadline = time.monotonic() + seconds
     while not condition():
@@ -148,13 +154,11 @@ def test_a_stop_reaches_the_workers_of_a_run_started_as_a_background_job(
     )
     run, workers = int(script.stdout.readline()), []
 
-    def started() -> Counter:  # worker pid -> trials it started
-        lines = trace.read_text().splitlines() if trace.exists() else []
-        return Counter(int(line.split()[1]) for line in lines if line.startswith("trial "))
-
     try:
-        _wait_for(lambda: sorted(started().values()) == [2, 2], "both workers in their second trial", 600)
-        workers = list(started())
+        _wait_for(
+            lambda: sorted(_started(trace).values()) == [2, 2], "both workers in their second trial", 600
+        )
+        workers = list(_started(trace))
         os.kill(run, stop)
         _wait_for(lambda: all(_gone(pid) for pid in workers), "the workers to stop", 60)
         _, err = script.communicate(timeout=120)
@@ -174,3 +178,39 @@ def test_a_stop_reaches_the_workers_of_a_run_started_as_a_background_job(
     if stop == signal.SIGTERM:
         assert f"interrupted: {states['COMPLETE']} of 6 planned trials ended, 4 left" in err, err[-2000:]
         assert "went back to the queue" in err
+
+
+def test_a_worker_that_does_not_stop_is_killed_after_the_grace_period_and_run_names_its_trial(
+    tiny_task: Path, tiny_models, tmp_path: Path
+) -> None:  # noqa: ANN001
+    """Both workers hang in their second trial deaf to stops: `run`, stopped, waits the grace period
+    (2 s here), kills them, and names the two trials left to their heartbeat."""
+    trace = tmp_path / "trace"
+    command = _command(tiny_task, tiny_models["bert"], tmp_path / "out") + ["--seeds", "6", "--workers", "2"]
+    env = {
+        **_env(tmp_path / "cache"),
+        "SUITE_TRACE": str(trace),
+        "SUITE_STALL_AT": "trial:2",
+        "SUITE_STALL_DEAF": "1",
+        "SUITE_STOP_GRACE_S": "2",
+    }
+    run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    try:
+        _wait_for(
+            lambda: sorted(_started(trace).values()) == [2, 2], "both workers in their second trial", 600
+        )
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=600)
+    finally:
+        for pid in [run.pid, *_started(trace)]:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert run.returncode == 130, err[-2000:]
+    assert all(_gone(pid) for pid in _started(trace))  # killed, not left training
+    folder = next((tmp_path / "out").glob("*/*"))
+    trials = optuna.load_study(study_name=None, storage=f"sqlite:///{folder / 'study.db'}").get_trials()
+    running = [t.number for t in trials if t.state.name == "RUNNING"]
+    assert len(running) == 2
+    named = f"trials {running[0]}, {running[1]} still marked running, not put back within 2 s"
+    assert named in err and "heartbeat" in err, err[-2000:]
