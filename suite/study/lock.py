@@ -43,7 +43,7 @@ def study_lock(url: str, name: str) -> Iterator[None]:
                 yield
             finally:
                 connection.execute(_sql("SELECT RELEASE_LOCK(:name)"), lock)
-    else:  # an in-memory storage: one process
+    else:  # an in-memory storage (one process), or a proxy whose server's database pops atomically
         yield
 
 
