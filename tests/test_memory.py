@@ -25,16 +25,16 @@ from tests.conftest import run_tiny
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Runs `suite run` with `_wait` spied on: what the process holds while its workers train.
+# Runs `suite run` with `run_workers` spied on: what the process holds while its workers train.
 SPY = """
 import json, sys
 import suite.commands.run as run
 
 seen = {}
-wait = run._wait
+wait = run.run_workers
 
 
-def spy(workers, study, s):
+def spy(*args, **kwargs):
     import gc
 
     heavy = ("torch", "lightning", "transformers", "datasets")
@@ -43,10 +43,10 @@ def spy(workers, study, s):
     seen["prepared"] = sum(type(o).__name__ in held for o in gc.get_objects())
     status = dict(line.split(":", 1) for line in open("/proc/self/status"))
     seen["rss_mb"] = int(status["VmRSS"].split()[0]) / 1024
-    return wait(workers, study, s)
+    return wait(*args, **kwargs)
 
 
-run._wait = spy
+run.run_workers = spy
 from suite.commands.cli import main
 
 code = main(sys.argv[1:])
