@@ -88,6 +88,10 @@ def test_local_launch_runs_every_planned_trial_once_and_reruns_resume(
     assert len(json.loads((folder / "launch.json").read_text())["launches"]) == 1
     assert (folder / "trials.jsonl").read_text() == before
     assert "every planned trial has ended; no worker submitted" in capsys.readouterr().out
+    # Other workers, no --cpus-per-worker: the study's threads (1), not this machine's CPUs / 1.
+    other = _launch(tiny_task, tiny_models["bert"], "--executor", "local", "--workers", "1", *storage)
+    assert main(other) == 0
+    assert "every planned trial has ended; no worker submitted" in capsys.readouterr().out
 
     if backend != "sqlite":
         return

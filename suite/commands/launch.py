@@ -72,7 +72,7 @@ def launch(request: Request, how: Launch) -> int:
             "--gpus-per-worker with --executor local: every job would get the same GPUs; on one machine use "
             "`suite run --workers auto --workers-per-gpu K`, which maps workers through CUDA_VISIBLE_DEVICES"
         )
-    cpus = how.cpus_per_worker or _default_cpus(how)
+    cpus = how.cpus_per_worker or _stored_threads(request) or _default_cpus(how)
     gpus = request.gpus_per_worker or 0
     parameters = executor_parameters(how, cpus, gpus, Path(str(request.task)).stem)
     # Each job is one worker with `cpus` threads: the study's threads, whatever this machine has.
@@ -117,6 +117,17 @@ def check_executor(storage: str | None, executor: str) -> None:
         raise SuiteError(
             f"--executor slurm: no {' or '.join(missing)} on this machine's PATH (launch from a login node)"
         )
+
+
+def _stored_threads(request: Request) -> int | None:
+    """The threads per worker the request's study was created with (None: a new study): a rerun
+    with other `--workers` keeps them, like `run` does, instead of being refused for them."""
+    from suite.study.setup import load_specs, stored_threads, study_address
+    from suite.study.storage import stored_study
+
+    _, task, _, sweep = load_specs(request)
+    _, url, name = study_address(request, task, sweep)
+    return stored_threads(stored_study(url, name))
 
 
 def _default_cpus(how: Launch) -> int:
