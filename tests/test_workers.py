@@ -247,3 +247,24 @@ def test_sixteen_workers_pop_two_thousand_planned_trials_once_each() -> None:
     states = Counter(t.state for t in optuna.load_study(study_name=name, storage=url).get_trials())
     assert states == {optuna.trial.TrialState.COMPLETE: 2000}
     print(f"16 workers: {len(popped) / seconds:.1f} pops/s")
+
+
+def test_a_stop_while_held_waits_for_the_held_region_and_one_while_allowed_is_raised_at_once() -> None:
+    """Where a worker pops, tells or puts back, a stop is held (raised when that ends, never lost);
+    while a trial trains it is raised at once."""
+    from suite.study.supervise import stops_allowed, stops_as_interrupts, stops_held
+
+    done = []
+    with stops_as_interrupts():
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)  # ours: safe to send
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"), stops_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            done.append("held")  # runs: the stop waits for the region's end
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"), stops_held(), stops_allowed():
+            os.kill(os.getpid(), signal.SIGTERM)
+            done.append("allowed")  # never runs
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"), stops_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            with stops_allowed():  # a held stop is raised on the way in
+                done.append("allowed after held")
+    assert done == ["held"]

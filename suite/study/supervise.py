@@ -56,18 +56,20 @@ def stop_point() -> None:
 @contextmanager
 def stops_held() -> Iterator[None]:
     """A stop that comes inside waits until the outermost held region ends (and is raised then), or
-    until `stops_allowed`. Left by an exception, the stop is already under way: a held one is dropped."""
+    until `stops_allowed`. Left by an exception (a stop under way, or an error that ends the process
+    anyway), a held one is dropped."""
     global _held, _pending
-    _held += 1
+    saved = _held  # restored, not counted down: a stop raised mid-exit cannot skew the depth
+    _held = saved + 1
     try:
         yield
     except BaseException:
-        if _held == 1:
+        if not saved:
             _pending = None
         raise
     finally:
-        _held -= 1
-    if not _held:
+        _held = saved
+    if not saved:
         stop_point()
 
 
