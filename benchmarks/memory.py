@@ -1,4 +1,4 @@
-"""Memory per process of `suite run --workers N`, before and after (issue 22), in one invocation:
+"""Memory per process of `suite run --workers N`, before and after a change, in one invocation:
 
     SUITE_DATA_DIR=../shared/data python benchmarks/memory.py [--before 4d0a513] [--epochs 1] [--trials 20]
 

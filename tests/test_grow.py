@@ -1,5 +1,5 @@
 """Studies that grow: a plan that extends the stored one adds only its new trials; anything else,
-and another software stack, is refused unless allowed (issue 20)."""
+and another software stack, is refused unless allowed (docs/guarantees.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A study made by an earlier layout of the code resumes: its stored fingerprint (a fixture written
-on main before the stage packages, issue 19) still matches what `suite run` computes today."""
+on main before the code moved into stage packages) still matches what `suite run` computes today."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def _request(task: Path) -> Request:
 
 
 def test_the_fingerprint_of_a_study_made_before_the_move_is_unchanged(tiny_task: Path) -> None:
-    """Every field it stored is computed the same today; the software stack (`stack.*`, issue 20)
-    was added after it and is not compared for a study stored without one."""
+    """Every field it stored is computed the same today; the software stack (`stack.*`)
+    was added to the identity after it and is not compared for a study stored without one."""
     stored = json.loads(FIXTURE.read_text())
     s = setup_study(_request(tiny_task))
     assert s.name == stored["name"]

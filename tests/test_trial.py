@@ -127,7 +127,7 @@ def test_pruned_run_is_recorded_as_pruned_not_failed(prepared, tiny_models) -> N
 def test_baseline_is_the_best_constant_on_the_evaluation_set() -> None:
     from suite.model.metrics import trivial_baseline
 
-    # DESIGN.md s4: the train majority (class 0 here) is not the best constant on dev (class 2).
+    # docs/design.md, Outcomes: the train majority (class 0 here) is not the best constant on dev (class 2).
     dev = np.array([2, 2, 2, 1, 1, 0])
     base = trivial_baseline(["accuracy", "f1", "matthews"], dev, False, num_labels=3)
     assert base["accuracy"] == pytest.approx(0.5) and base["matthews"] == 0.0

@@ -2,7 +2,7 @@
 the seed design each setting is repeated with.
 
 Seeds are a replicate axis: samplers propose hyperparameters only, and every setting runs on
-the same seed grid, so settings are compared on equal terms (DESIGN.md section 3).
+the same seed grid, so settings are compared on equal terms (docs/design.md, Seeds).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 loss (each piece's mean weighted by its share of the batch's denominator), with less padding.
 
 Whole-set length buckets change which examples share a batch, and that moved scores
-(README, `group_by_length`); splitting keeps each random batch as it is and only stops
+(docs/sweeps.md, length buckets); splitting keeps each random batch as it is and only stops
 computing its padding. Written here because no library splits a batch for compute while keeping
 its loss: gradient accumulation in Lightning and Accelerate splits by count, not by length.
 """

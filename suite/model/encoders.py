@@ -46,7 +46,7 @@ ALIASES: dict[str, Any] = {
 
 
 # The classification head an alias is best fine-tuned with (`classifier: model`, the default),
-# measured (README, "The bundled model's head"): all-MiniLM-L6-v2 was trained with mean pooling and
+# measured (docs/tasks.md, "The bundled model's head"): all-MiniLM-L6-v2 was trained with mean pooling and
 # its pooler never was, so `auto` (pooler dense + tanh) starts from an untrained layer.
 DEFAULT_HEADS: dict[str, str] = {"minilm-l6": "mean"}
 

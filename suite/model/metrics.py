@@ -52,7 +52,7 @@ def classification_scores(
 def trivial_baseline(
     names: Sequence[str], dev_labels: np.ndarray, regression: bool, num_labels: int = 2
 ) -> dict[str, float]:
-    """What a model that ignores its input scores at best (DESIGN.md section 4): per metric,
+    """What a model that ignores its input scores at best (docs/design.md, Outcomes): per metric,
     the best constant prediction on the evaluation set (every class tried; the dev-majority
     class for accuracy, often the positive class for F1). A constant has no correlation, so
     Pearson, Spearman and Matthews are 0."""

@@ -1,7 +1,8 @@
 """Seaborn figures of a study, for the variance report notebook and `suite compare`.
 
-The unit of every figure is one (size, setting) or a figure faceted by size (DESIGN.md s4):
-no figure pools sizes, and settings are pooled only where the figure shows them side by side.
+The unit of every figure is one (size, setting) or a figure faceted by size (docs/design.md, "The
+unit of a statistic"): no figure pools sizes, and settings are pooled only where the figure shows
+them side by side.
 A figure function returns a Figure, or a one-line reason (a str) when the study's design has
 nothing for it to show (one setting, no crossed grid); `display` shows figures and prints each
 reason once, so a section that does not apply is one line of text, not an empty figure.

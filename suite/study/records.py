@@ -1,7 +1,7 @@
 """Trial records: the outcome taxonomy, one final record per planned trial, setting labels, and
 a run folder's own files (run.json + trials.jsonl).
 
-Outcomes (DESIGN.md section 4):
+Outcomes (docs/design.md, Outcomes):
 - `succeeded`: a run that beat the trivial baseline (or threshold);
 - `failed`: a run that did not (`failure: baseline | threshold`) or diverged (`failure:
   diverged`, a non-finite loss or score; it has no score);

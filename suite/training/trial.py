@@ -241,7 +241,7 @@ def _finish(task: PreparedTask, record: dict[str, Any], module: Any) -> None:
 
 
 def judge(task: PreparedTask, score: float | None) -> tuple[str | None, str | None]:
-    """The failure rule of DESIGN.md section 4 -> (failure kind or None, reason)."""
+    """The failure rule (docs/design.md, Outcomes) -> (failure kind or None, reason)."""
     rule, spec = task.spec.failure, task.spec
     if score is None:
         return "diverged", "diverged: no dev score was produced"

@@ -1,4 +1,4 @@
-"""Determinism of a trial (DESIGN.md section 3): one master seed reproduces a study across
+"""Determinism of a trial (docs/design.md, Seeds): one master seed reproduces a study across
 processes, and each of the three seeds moves its own factor and nothing else.
 
 - init_seed: the new head's initial weights (never a pretrained encoder tensor);
@@ -52,7 +52,7 @@ def _scramble_global_rngs(seed: int) -> None:
 
 @pytest.fixture(autouse=True)
 def _one_thread() -> Any:
-    """Identical seeds give identical numbers for a fixed thread count (DESIGN.md section 3);
+    """Identical seeds give identical numbers for a fixed thread count (docs/design.md, Seeds);
     one thread is also far faster than contended ones for these tiny models."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
