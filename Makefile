@@ -22,7 +22,7 @@ run: venv
 
 test: venv
 	SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet  # docs/ -> build/docs/: a dead link or a page not in nav fails
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # docs/ -> build/docs/: a dead link or a page not in nav fails (not --quiet: it hides the warnings strict counts)
 	$(BIN)/ruff check suite tests benchmarks analysis
 
 # The aggregates against rliable itself (tests/test_aggregate.py): rliable 1.2.0 needs arch<8 and

@@ -9,6 +9,7 @@ import functools
 import http.server
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -100,16 +101,33 @@ def test_every_repository_file_the_docs_name_exists() -> None:
     assert not missing, missing
 
 
+def _mkdocs(root: Path, site: Path) -> subprocess.CompletedProcess:
+    """`mkdocs build --strict` of root/mkdocs.yml into `site`, as `make test` runs it."""
+    pytest.importorskip("mkdocs", reason="the docs tool is in the dev extra: pip install -e '.[dev]'")
+    # Not --quiet: it silences the warnings that strict mode counts, and the build then passes.
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)]
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    return subprocess.run(command, cwd=root, capture_output=True, text=True, env=env)
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site as `make test` builds it (strict: a dead link, anchor or unlisted page fails)."""
-    pytest.importorskip("mkdocs", reason="the docs tool is in the dev extra: pip install -e '.[dev]'")
     folder = tmp_path_factory.mktemp("docs-site")
-    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(folder)]
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    built = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env)
+    built = _mkdocs(REPO, folder)
     assert built.returncode == 0, built.stdout + built.stderr
     return folder
+
+
+def test_a_dead_link_a_missing_anchor_or_an_unlisted_page_fails_the_build(tmp_path: Path) -> None:
+    shutil.copytree(DOCS, tmp_path / "docs")
+    shutil.copy(REPO / "mkdocs.yml", tmp_path)
+    home = tmp_path / "docs" / "index.md"
+    home.write_text(home.read_text() + "\n[a](gone.md) [b](guarantees.md#no-such-heading)\n")
+    (tmp_path / "docs" / "unlisted.md").write_text("# Not in nav\n")
+    built = _mkdocs(tmp_path, tmp_path / "site")
+    assert built.returncode != 0
+    for culprit in ("gone.md", "#no-such-heading", "unlisted.md"):
+        assert culprit in built.stderr, built.stderr
 
 
 def test_the_site_builds_strictly_with_a_page_per_doc(site: Path) -> None:
