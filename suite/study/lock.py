@@ -32,11 +32,11 @@ def study_lock(url: str, name: str) -> Iterator[None]:
         with _file_lock(path + (".lock" if url.startswith("sqlite") else ".suite.lock")):
             yield
     elif url.startswith("postgresql"):
-        with _engine(url).connect() as connection, connection.begin():  # released at the commit
+        with server_engine(url).connect() as connection, connection.begin():  # released at the commit
             connection.execute(_sql("SELECT pg_advisory_xact_lock(:key)"), {"key": _key(name)})
             yield
     elif url.startswith("mysql"):
-        with _engine(url).connect() as connection:
+        with server_engine(url).connect() as connection:
             lock = {"name": f"suite:{hashlib.sha1(name.encode()).hexdigest()}"}  # names <= 64 chars
             connection.execute(_sql("SELECT GET_LOCK(:name, -1)"), lock)
             try:
@@ -67,7 +67,7 @@ def _file_lock(path: str) -> Iterator[None]:
 
 
 @functools.cache
-def _engine(url: str) -> Any:
+def server_engine(url: str) -> Any:
     """One small connection pool per server and process: a pop takes the lock once per trial."""
     import sqlalchemy
 

@@ -32,15 +32,15 @@ def plan_study(request: Request) -> tuple[Setup, optuna.Study]:
     from suite.study.preflight import check_writable, make_run_folder
     from suite.study.storage import open_storage
 
-    s = setup_study(request)
+    s = setup_study(request)  # a storage that cannot be reached is refused here (read only)
     assert s.folder is not None  # a planned study always has a run folder
-    storage = open_storage(s.url) if request.storage else None  # reachable before anything is written
     check_writable(s.folder)
     make_run_folder(s.folder)
     # Under the study's lock, as pops are: concurrent runs of one study create it once and
-    # queue each planned trial once (the second finds the first's queue).
+    # queue each planned trial once (the second finds the first's queue). The storage is opened
+    # under it too: Optuna's creation of its tables is not safe against a concurrent one.
     with study_lock(s.url, s.name):
-        study = open_or_resume(storage or open_storage(s.url), s)
+        study = open_or_resume(open_storage(s.url), s)
         if "run_info" not in study.user_attrs:  # the study's creation is its provenance
             info = run_info(s.task, s.sweep, request.profile, s.model, s.prepared)
             study.set_user_attr(

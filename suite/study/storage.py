@@ -83,10 +83,15 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
 
 
 def storage_file(url: str) -> Path | None:
-    """The file behind a SQLite or journal URL (None for a database server)."""
-    for prefix in ("sqlite:///", "journal:"):
-        if url.startswith(prefix):
-            return Path(url.removeprefix(prefix))
+    """The file behind a SQLite or journal URL, resolved (another spelling of its path or a query
+    such as `?timeout=` names the same file); None for a database server."""
+    if url.startswith("journal:"):
+        return Path(url.removeprefix("journal:")).resolve()
+    if url.startswith("sqlite:///"):
+        from sqlalchemy.engine import make_url
+
+        database = make_url(url).database
+        return Path(database).resolve() if database and database != ":memory:" else None
     return None
 
 
@@ -98,12 +103,52 @@ def stored_study(url: str, name: str) -> optuna.Study | None:
 
 
 def held_studies(url: str) -> list[str]:
-    """The names of the studies a storage holds: none in a SQLite or journal file that is missing
-    or empty (0 bytes), which is left as it is (opening it would write Optuna's tables)."""
-    local = storage_file(url)
-    if local is not None and (not local.exists() or local.stat().st_size == 0):
+    """The names of the studies a storage holds, read without writing: Optuna's tables are
+    created only under the study's lock (their creation is not safe against a concurrent one),
+    so a storage without them (a missing or empty file, another run creating them right now, a
+    fresh database) holds none. A study's name is stored after its storage's setup completed, so
+    opening a storage that holds it writes nothing."""
+    try:
+        if url.startswith("journal:"):
+            local = storage_file(url)
+            if local is None or not local.exists() or local.stat().st_size == 0:
+                return []
+            return optuna.study.get_all_study_names(open_storage(url))
+        if url.startswith("sqlite:///") and (local := storage_file(url)) is not None:
+            return _sqlite_names(local)
+        if url.startswith(("postgresql", "mysql")):
+            return _server_names(url)
+    except SuiteError:
+        raise
+    except Exception as err:  # a down server, bad credentials, an unreadable file
+        raise SuiteError(f"--storage {public_url(url)!r}: cannot open ({str(err).splitlines()[0]})") from None
+    return optuna.study.get_all_study_names(open_storage(url))  # an in-memory URL, or refused there
+
+
+def _sqlite_names(path: Path) -> list[str]:
+    import sqlite3
+    from contextlib import closing
+    from urllib.parse import quote
+
+    if not path.exists() or path.stat().st_size == 0:
         return []
-    return optuna.study.get_all_study_names(open_storage(url))
+    with closing(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=60)) as connection:
+        query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'studies'"
+        if connection.execute(query).fetchone() is None:
+            return []
+        return [row[0] for row in connection.execute("SELECT study_name FROM studies")]
+
+
+def _server_names(url: str) -> list[str]:
+    import sqlalchemy
+
+    from suite.study.lock import server_engine
+
+    engine = server_engine(url)
+    if not sqlalchemy.inspect(engine).has_table("studies"):
+        return []
+    with engine.connect() as connection:
+        return [row[0] for row in connection.execute(sqlalchemy.text("SELECT study_name FROM studies"))]
 
 
 OUTPUTS = ("run.json", "trials.jsonl", "leaderboard.json")

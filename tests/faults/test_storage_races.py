@@ -1,0 +1,105 @@
+"""Runs that start one new study at the same moment: Optuna's creation of its tables is not safe
+against a concurrent one, so a storage is only read (never set up) outside the study's lock. Each
+process below does what `run` does on its way in (setup reads which studies the storage holds;
+planning opens the storage and creates the study under the lock), all released at once by a
+barrier of files."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from suite.study.storage import held_studies
+
+pytestmark = pytest.mark.faults
+
+STARTER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    import optuna
+    from suite.study.lock import study_lock
+    from suite.study.storage import open_storage, stored_study
+
+    url, name, barrier, me, count, role = sys.argv[1:]
+    Path(barrier, me).touch()
+    deadline = time.monotonic() + 120  # a bound, not a pace: everyone is normally there at once
+    while len(list(Path(barrier).iterdir())) < int(count) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if role == "create" and stored_study(url, name) is None:  # setup: read only
+        with study_lock(url, name):  # planning: opened and created under the lock
+            optuna.create_study(storage=open_storage(url), study_name=name, load_if_exists=True)
+    while stored_study(url, name) is None:  # a run reading the storage while others create it
+        assert time.monotonic() < deadline + 120, "the study never appeared"
+    """
+)
+ROLES = ["create", "watch", "create", "watch", "watch"]
+
+
+def _start_together(url: str, name: str, barrier: Path) -> None:
+    barrier.mkdir()
+    count = str(len(ROLES))
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-c", STARTER, url, name, str(barrier), str(i), count, role],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i, role in enumerate(ROLES)
+    ]
+    outputs = [p.communicate(timeout=600)[0] for p in started]
+    for p, out in zip(started, outputs, strict=True):
+        assert p.returncode == 0, out[-3000:]
+
+
+def test_runs_starting_a_new_study_on_a_fresh_sqlite_file_all_succeed(tmp_path: Path) -> None:
+    for attempt in range(3):  # the race is narrow: several fresh files
+        url = f"sqlite:///{tmp_path / f'study{attempt}.db'}"
+        _start_together(url, "together", tmp_path / f"barrier{attempt}")
+        assert held_studies(url) == ["together"]
+
+
+def test_reading_which_studies_a_sqlite_file_holds_writes_nothing(tmp_path: Path) -> None:
+    """A file another run is setting up right now (here: one table of its own, no Optuna tables)
+    holds no study, and is left exactly as it is."""
+    path = tmp_path / "study.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE other (x INTEGER)")
+    before = path.read_bytes()
+    assert held_studies(f"sqlite:///{path}") == []
+    assert path.read_bytes() == before
+
+
+def test_runs_starting_a_new_study_on_a_fresh_postgresql_database_all_succeed(tmp_path: Path) -> None:
+    url = os.environ.get("SUITE_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("SUITE_TEST_POSTGRES_URL not set (.ci/run starts a server and sets it)")
+    import sqlalchemy
+    from sqlalchemy.engine import make_url
+
+    database = f"suite_race_{uuid.uuid4().hex[:8]}"
+    admin = sqlalchemy.create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(sqlalchemy.text(f"CREATE DATABASE {database}"))
+    except sqlalchemy.exc.DBAPIError as err:
+        pytest.skip(f"cannot create a fresh database ({str(err).splitlines()[0]})")
+    fresh = make_url(url).set(database=database).render_as_string(hide_password=False)
+    try:
+        _start_together(fresh, "together", tmp_path / "barrier")
+        assert held_studies(fresh) == ["together"]
+    finally:
+        from suite.study.lock import server_engine
+
+        server_engine(fresh).dispose()
+        with admin.connect() as connection:
+            connection.execute(sqlalchemy.text(f"DROP DATABASE {database} WITH (FORCE)"))
+        admin.dispose()
