@@ -198,3 +198,43 @@ def test_run_twice_trains_once_and_rewrites_the_same_outputs(tiny_task: Path, ti
 def test_hparams_defaults_fill_the_rest() -> None:
     sweep = SweepSpec(name="s", hparams={"lr": 1e-3, "batch_size": 8, "epochs": 1})
     assert sweep.hparams_for({}) == HParams(lr=1e-3, batch_size=8, epochs=1)
+
+
+def tpe_over(choices: dict[str, list], budget: int) -> SweepSpec:
+    """A TPE sweep over a small discrete space, one seed replicate per setting."""
+    space = {name: {"type": "categorical", "choices": values} for name, values in choices.items()}
+    return SweepSpec(
+        name="s",
+        hparams={"lr": 1e-3},
+        space=space,
+        sampler={"type": "tpe", "n_startup_trials": 10},
+        budget=budget,
+        seeds=SeedSpec(repeats=1),
+    )
+
+
+def test_tpe_never_trains_a_setting_twice_in_a_small_discrete_space(tiny_task: Path) -> None:
+    """What a worker does with an empty queue, until the budget is proposed: every setting of a
+    4-setting space once, though the sampler would often propose a setting it already gave."""
+    from suite.study.work import _propose, _tell, settings_proposed
+
+    task = load_task(tiny_task)
+    sweep = tpe_over({"batch_size": [8, 16], "epochs": [1, 2]}, budget=4)
+    study = optuna.create_study(direction="maximize")
+    for _ in range(3 * sweep.budget):  # bounded: a repeating sampler would otherwise loop for ever
+        trials = study.get_trials(deepcopy=False)
+        if settings_proposed(trials) >= sweep.budget:
+            break
+        trial = _propose(study, task, sweep)
+        score = float(trial.params["batch_size"] + trial.params["epochs"])
+        _tell(study, trial, {"outcome": "succeeded", "score": score}, baseline=0.0)  # as a worker tells
+    runs = [t for t in study.get_trials() if "key" in t.user_attrs]
+    assert len({t.user_attrs["key"] for t in runs}) == len(runs) == 4  # each setting once, all 4
+
+
+def test_a_tpe_budget_above_its_discrete_space_is_refused() -> None:
+    from suite.study.preflight import check_budget
+
+    check_budget(tpe_over({"batch_size": [8, 16], "epochs": [1, 2]}, budget=4))
+    with pytest.raises(SpecError, match="field 'budget': 5 settings, but its space holds only 4"):
+        check_budget(tpe_over({"batch_size": [8, 16], "epochs": [1, 2]}, budget=5))

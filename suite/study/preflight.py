@@ -6,6 +6,7 @@ and nothing written; found inside a trial it would have become a row of "failed 
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ def check_planned_inputs(task: PreparedTask, sweep: SweepSpec, spec_path: str | 
 
     data, spec = task.data, task.spec
     check_whole_set(task, sweep, spec_path)
+    check_budget(sweep)
     for size in spec.sizes:
         for seed in sorted({seeds[2] for seeds in replicate_seeds(sweep, size)}):
             indices = data.train_indices(size, seed)
@@ -59,6 +61,19 @@ def check_whole_set(task: PreparedTask, sweep: SweepSpec, spec_path: str | Path)
             f"{spec_path}: field 'sizes': size {whole} is every training example of "
             f"{task.data.sources.get('train', 'the training data')}, so each of the {drawn} subsample "
             "seeds would train the same runs; write `full` (planned once)"
+        )
+
+
+def check_budget(sweep: SweepSpec) -> None:
+    """A model-based search over a space of finitely many settings cannot propose more distinct
+    ones than it holds: a larger budget would end in proposals that repeat a setting."""
+    values = [p.values() for p in sweep.space.values()]
+    if not sweep.adaptive or not values or any(v is None for v in values):
+        return
+    size = math.prod(len(v) for v in values)
+    if sweep.budget is not None and sweep.budget > size:
+        raise SpecError(
+            f"sweep {sweep.name}: field 'budget': {sweep.budget} settings, but its space holds only {size}"
         )
 
 

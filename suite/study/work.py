@@ -22,9 +22,9 @@ from suite.errors import SuiteError
 from suite.faults import reach
 from suite.heads.registry import PreparedTask
 from suite.study.memory import release, reset_peak, trimming
-from suite.study.plan import proposing_sampler, replicate_plans, retry_attrs, trial_attrs
+from suite.study.plan import held_keys, proposing_sampler, replicate_plans, retry_attrs, trial_attrs
 from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
-from suite.study.records import outcome
+from suite.study.records import outcome, run_key
 from suite.study.storage import HEARTBEAT_ENV
 from suite.study.supervise import WORKER_ATTR, stop_point, stops_allowed, stops_held
 from suite.study.trial_progress import TrialProgress
@@ -33,25 +33,47 @@ from suite.training.trial import Seeds, TrialPlan, run_trial
 MAX_ATTEMPTS = 2  # an errored trial is retried once with the same seeds
 
 
+REPEATED_ATTR = "repeated_setting"  # a TPE proposal of a setting the study holds: failed, never run
+MAX_PROPOSALS = 100  # proposals in a row that repeat held settings before giving up
+
+
 def _propose(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> optuna.Trial:
-    """TPE: a new setting from the sampler; this trial runs its first replicate, the rest queue."""
-    study.sampler = proposing_sampler(sweep, settings_proposed(study.get_trials(deepcopy=False)))
-    trial = study.ask({k: p.distribution() for k, p in sweep.space.items()})
-    if "key" in trial.user_attrs:  # another worker queued trials meanwhile: run that one
+    """TPE: a new setting from the sampler; this trial runs its first replicate, the rest queue.
+    A proposal of a setting the study holds is failed without a key (nothing reads it as a run)
+    and the sampler, seeded by the proposals made, proposes again."""
+    for _ in range(MAX_PROPOSALS):
+        trials = study.get_trials(deepcopy=False)
+        study.sampler = proposing_sampler(sweep, proposals_made(trials))
+        trial = study.ask({k: p.distribution() for k, p in sweep.space.items()})
+        if "key" in trial.user_attrs:  # another worker queued trials meanwhile: run that one
+            return trial
+        values = dict(trial.params)
+        first, *rest = replicate_plans(task, sweep, values)
+        if {run_key(p.key) for p in (first, *rest)} & held_keys(trials):
+            trial.set_user_attr(REPEATED_ATTR, values)
+            study.tell(trial, state=TrialState.FAIL)
+            continue
+        for name, value in trial_attrs(first, values).items():
+            trial.set_user_attr(name, value)
+        for plan in rest:
+            study.enqueue_trial(values, user_attrs=trial_attrs(plan, values), skip_if_exists=False)
         return trial
-    values = dict(trial.params)
-    first, *rest = replicate_plans(task, sweep, values)
-    for name, value in trial_attrs(first, values).items():
-        trial.set_user_attr(name, value)
-    for plan in rest:
-        study.enqueue_trial(values, user_attrs=trial_attrs(plan, values), skip_if_exists=False)
-    return trial
+    raise SuiteError(
+        f"sweep {sweep.name}: TPE proposed {MAX_PROPOSALS} settings in a row that the study already "
+        "holds; lower its budget"
+    )
 
 
 def settings_proposed(trials: list[optuna.trial.FrozenTrial]) -> int:
     return len(
         {json.dumps(t.user_attrs.get("setting"), sort_keys=True) for t in trials if "key" in t.user_attrs}
     )
+
+
+def proposals_made(trials: list[optuna.trial.FrozenTrial]) -> int:
+    """The sampler's seed: distinct settings plus repeated proposals (a repeat must not leave it
+    unchanged, or the next proposal would be the same setting again)."""
+    return settings_proposed(trials) + sum(REPEATED_ATTR in t.user_attrs for t in trials)
 
 
 def _freeing_memory(loop: Any) -> Any:
