@@ -197,7 +197,13 @@ def _run_one(
 
 def _tell(study: optuna.Study, trial: optuna.Trial, record: dict[str, Any], baseline: float) -> None:
     """Samplers learn from runs only: a diverged run is told as the trivial baseline's score
-    (a poor result), an errored trial as FAIL (Optuna's samplers skip it)."""
+    (a poor result), an errored trial as FAIL (Optuna's samplers skip it). Called under the
+    study's lock: a trial another worker failed as stale meanwhile (this one's heartbeat was late)
+    was queued again as a twin; the record is told on that twin, so it is not trained again."""
+    if study._storage.get_trial(trial._trial_id).state.is_finished():
+        trial = _claim_twin(study, trial)
+        if trial is None:  # another worker already runs it again (or told it): its record will come
+            return
     trial.set_user_attr("record", record)
     kind = outcome(record)
     if kind == "pruned":
@@ -206,3 +212,17 @@ def _tell(study: optuna.Study, trial: optuna.Trial, record: dict[str, Any], base
         study.tell(trial, state=TrialState.FAIL)
     else:
         study.tell(trial, record["score"] if record["score"] is not None else baseline)
+
+
+def _claim_twin(study: optuna.Study, trial: optuna.Trial) -> optuna.Trial | None:
+    """The queued copy of a trial that was failed as stale and queued again, taken off the queue
+    (None when no copy waits)."""
+    key, attempt = trial.user_attrs["key"], trial.user_attrs.get("attempt", 1)
+    for twin in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if twin.user_attrs.get("key") == key and twin.user_attrs.get("attempt", 1) == attempt:
+            try:
+                if study._storage.set_trial_state_values(twin._trial_id, state=TrialState.RUNNING):
+                    return optuna.Trial(study, twin._trial_id)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue
+    return None

@@ -103,3 +103,37 @@ def test_runs_starting_a_new_study_on_a_fresh_postgresql_database_all_succeed(tm
         with admin.connect() as connection:
             connection.execute(sqlalchemy.text(f"DROP DATABASE {database} WITH (FORCE)"))
         admin.dispose()
+
+
+def test_a_run_told_after_another_worker_failed_it_as_stale_is_kept_and_not_trained_again(
+    tiny_task: Path, tmp_path: Path
+) -> None:
+    """A worker whose heartbeat was late finishes a trial that another worker meanwhile failed as
+    stale and queued again: its record is kept (on the queued copy), and nothing waits to train it."""
+    import optuna
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+    from optuna.trial import TrialState
+
+    from suite.config.sweep import SeedSpec, SweepSpec
+    from suite.config.task import load_task
+    from suite.study.plan import enqueue_plan
+    from suite.study.queue import pop_planned, queue_lock
+    from suite.study.storage import open_storage, open_study
+    from suite.study.work import _tell
+
+    sweep = SweepSpec(name="s", hparams={"lr": 1e-3, "batch_size": 8, "epochs": 1}, seeds=SeedSpec(repeats=1))
+    study = open_study(open_storage(f"sqlite:///{tmp_path / 'db.sqlite'}"), "s", sweep, True)
+    enqueue_plan(study, load_task(tiny_task), sweep)
+    trial = pop_planned(study)
+    assert trial is not None
+    # What another worker's fail_dead_trials does to a trial whose heartbeat went stale:
+    study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+    RetryHeartbeatStaleTrialCallback(max_retry=3)(study, study._storage.get_trial(trial._trial_id))
+    record = {"outcome": "succeeded", "score": 0.75, "key": trial.user_attrs["key"]}
+    with queue_lock(study):
+        _tell(study, trial, record, baseline=0.5)
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]  # no copy left queued
+    assert trials[1].user_attrs["record"] == record and trials[1].value == 0.75
+    assert trials[1].user_attrs["key"] == trial.user_attrs["key"]
+    assert optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'db.sqlite'}").best_value == 0.75
