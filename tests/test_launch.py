@@ -116,7 +116,7 @@ def test_a_rerun_after_killed_workers_resumes_without_rerunning_ended_trials(
     """Both workers die in their second trial (as jobs past their time limit would): the launch
     exits 1 saying so; the same command again runs only what did not end, each trial once."""
     command = _local(tiny_task, tiny_models["bert"])
-    monkeypatch.setenv("SUITE_HEARTBEAT_S", "1")  # a dead worker's trial is re-queued after 3 s
+    monkeypatch.setenv("SUITE_HEARTBEAT_S", "5")  # a dead worker's trial is re-queued after 15 s
     monkeypatch.setenv("SUITE_KILL_AT", "evaluation:2")  # the jobs inherit it: each dies at its 2nd
     assert main(command) == 1
     err = capsys.readouterr().err

@@ -32,7 +32,7 @@ def _command(task: Path, model: Path, out: Path) -> list[str]:
 
 
 def _env(cache: Path, kill: str | None = None) -> dict[str, str]:
-    env = {**os.environ, "SUITE_CACHE_DIR": str(cache), "SUITE_HEARTBEAT_S": "2", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "SUITE_CACHE_DIR": str(cache), "SUITE_HEARTBEAT_S": "5", "HF_HUB_OFFLINE": "1"}
     env.pop("SUITE_KILL_AT", None)
     return {**env, "SUITE_KILL_AT": kill} if kill else env
 

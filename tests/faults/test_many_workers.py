@@ -41,7 +41,7 @@ def test_four_workers_one_killed(backend: str, tiny_task: Path, tiny_models, tmp
     ]  # fmt: skip
     env = {
         **os.environ,
-        "SUITE_HEARTBEAT_S": "1",
+        "SUITE_HEARTBEAT_S": "5",  # stale after 15 s: a loaded machine never stales a live worker
         "SUITE_KILL_AT": "train_step:2",  # the first worker to reach its 2nd step dies
         "SUITE_KILL_ONCE": str(tmp_path / "killed-one"),
     }

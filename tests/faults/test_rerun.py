@@ -46,7 +46,7 @@ def _run(
         "--data-dir", str(data), "--quiet", *extra,
     ]  # fmt: skip
     inherited = {k: v for k, v in os.environ.items() if k not in ("SUITE_KILL_AT", "SUITE_KILL_ONCE")}
-    environment = {**inherited, "SUITE_HEARTBEAT_S": "1", **env}
+    environment = {**inherited, "SUITE_HEARTBEAT_S": "5", **env}
     return subprocess.run(
         command,
         env=environment,
