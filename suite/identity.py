@@ -201,6 +201,10 @@ _TASK_FIELDS_AFTER_TRAINING = ("reported", "sweep")
 _SWEEP_LABELS = ("name", "description", "references")  # labels: they change no trial
 # Sweep fields added after studies were made: left out when empty, so those studies still resume.
 _SWEEP_FIELDS_ADDED = ("recipes",)
+# Task fields added after studies were made, with the value their absence means (the behaviour those
+# studies had): left out at that value, so a study stored without the field is that value's study.
+TASK_FIELDS_ADDED = {"curve_sample": "full"}  # the curve on the whole dev set
+_NONE = object()
 
 
 def study_fingerprint(
@@ -220,7 +224,11 @@ def study_fingerprint(
     tree = {
         "code_version": TRAINING_CODE_VERSION,
         **({"head_code": versioned} if versioned else {}),
-        "task": {k: v for k, v in task.items() if k not in _TASK_FIELDS_AFTER_TRAINING},
+        "task": {
+            k: v
+            for k, v in task.items()
+            if k not in _TASK_FIELDS_AFTER_TRAINING and TASK_FIELDS_ADDED.get(k, _NONE) != v
+        },
         "sweep": {
             k: v
             for k, v in sweep.items()

@@ -122,7 +122,8 @@ def estimate(s: Setup, plans: list[TrialPlan], held: set[str]) -> str:
     """Per (size, setting) row: training examples, steps and the estimated time of one trial;
     then the time of the trials still to run (not `held`) on the setup's workers."""
     data = s.prepared.data
-    n_dev = len(data.features("dev", data.dev_indices()))
+    dev = data.features("dev", data.dev_indices())
+    n_dev, n_curve = len(dev), len(s.prepared.curve_features(dev)[0])  # each epoch but the last: the sample
     sizes = sorted({p.hparams.batch_size for p in plans})
     step_s = _timed(s, {bs: next(p for p in plans if p.hparams.batch_size == bs) for bs in sizes})
     eval_s = step_s[sizes[0]][1]
@@ -132,7 +133,8 @@ def estimate(s: Setup, plans: list[TrialPlan], held: set[str]) -> str:
         h = p.hparams
         n = len(data.features("train", data.train_indices(p.size, p.seeds.subsample)))
         steps = h.epochs_for(n) * math.ceil(n / h.batch_size)
-        seconds = steps * step_s[h.batch_size][0] + h.epochs * math.ceil(n_dev / EVAL_BATCH) * eval_s
+        evals = (h.epochs - 1) * math.ceil(n_curve / EVAL_BATCH) + math.ceil(n_dev / EVAL_BATCH)
+        seconds = steps * step_s[h.batch_size][0] + evals * eval_s
         row = rows.setdefault(
             (str(p.size), _label({k: getattr(h, k) for k in s.sweep.space})), {"trials": 0, "seconds": 0.0}
         )

@@ -13,7 +13,8 @@ from suite.data.buckets import BucketBatchSampler
 
 
 class FeatureDataModule(L.LightningDataModule):
-    """Train batches ordered by `order_seed` alone; dev batches sorted by length.
+    """Train batches ordered by `order_seed` alone; dev batches sorted by length (`dev`: what each
+    epoch evaluates).
 
     Batches are padded to their own longest example (the collate function), never to
     max_length; `group_by_length` also batches similar lengths together
@@ -49,10 +50,15 @@ class FeatureDataModule(L.LightningDataModule):
         )
 
     def val_dataloader(self) -> DataLoader:
+        """Each epoch's evaluation: over `dev` (the whole set or the curve's sample)."""
+        return self.eval_dataloader(self.dev)
+
+    def eval_dataloader(self, features: list[dict[str, Any]]) -> DataLoader:
+        """An evaluation over `features`, batched as every evaluation is."""
         # Length-sorted dev batches carry little padding; every feature carries its own
         # label (or example id), so the metric does not depend on this order.
         # A loader without its own generator draws its base seed from torch's global RNG, which
         # is the dropout stream: dropout would then depend on how often dev is evaluated.
-        dev = sorted(self.dev, key=lambda f: len(f["input_ids"]))
+        dev = sorted(features, key=lambda f: len(f["input_ids"]))
         fixed = torch.Generator().manual_seed(0)
         return DataLoader(dev, batch_size=self.eval_batch_size, generator=fixed, collate_fn=self.collate)

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from torch import nn
 from transformers import PreTrainedModel, get_linear_schedule_with_warmup
@@ -67,6 +68,15 @@ class EncoderModule(L.LightningModule):
         # The latest evaluation's outcome per dev example (set by `epoch_metrics`): for the
         # dev-set sampling error of a run and the agreement of runs across seeds.
         self.per_example: dict[str, list] | None = None
+        # The evaluation set's positions each epoch evaluates (the curve sample, set by the trial;
+        # None: the whole set). With a sample, the last epoch is evaluated once, after training, on
+        # the whole set (`after_training` set meanwhile): its score into `final`, the sample's share
+        # of its predictions (`curve_point`) into the curve. With a whole-set curve the last
+        # epoch's evaluation is the score.
+        self.curve_positions: np.ndarray | None = None
+        self.after_training = False
+        self.final: dict[str, float] | None = None
+        self.curve_point: dict[str, float] | None = None
         # The encoder weights its checkpoint did not hold, drawn under the init seed when the
         # module was built (`PreparedTask.build_module`): recorded with the trial.
         self.drawn_weights: list[str] = []
@@ -98,8 +108,24 @@ class EncoderModule(L.LightningModule):
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         raise NotImplementedError
 
-    def epoch_metrics(self) -> dict[str, float]:
+    def epoch_outputs(self) -> Any:
+        """The running evaluation's outputs (the head's gathered predictions), taken."""
         raise NotImplementedError
+
+    def score(self, outputs: Any, positions: np.ndarray | None) -> tuple[dict[str, float], dict[str, list]]:
+        """Metrics and outcomes per example of `outputs` over the evaluation set's `positions`
+        (None: every position evaluated)."""
+        raise NotImplementedError
+
+    def epoch_metrics(self) -> dict[str, float]:
+        """The running evaluation's metrics over the positions it covers (its outcomes per example
+        into `per_example`); after training, also the curve's last point (`curve_point`): the
+        curve sample's share of the same predictions."""
+        outputs = self.epoch_outputs()
+        if self.after_training and self.curve_positions is not None:
+            self.curve_point = self.score(outputs, self.curve_positions)[0]
+        metrics, self.per_example = self.score(outputs, self.eval_positions)
+        return metrics
 
     def loss_weight(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """What `loss` averages over (here: examples), so pieces of a batch recombine exactly."""
@@ -191,12 +217,34 @@ class EncoderModule(L.LightningModule):
     def on_train_epoch_end(self) -> None:
         self.record_steps()
 
+    @property
+    def eval_positions(self) -> np.ndarray | None:
+        """The positions the running evaluation covers: the whole set after training, else the
+        curve's (None: the whole set)."""
+        return None if self.after_training else self.curve_positions
+
+    @property
+    def scored_evaluation(self) -> bool:
+        """Whether the running evaluation is the scored one: the whole set after training, or the
+        last epoch's when every epoch evaluates the whole set."""
+        last_epoch = self.current_epoch + 1 == self.trainer.max_epochs
+        return self.after_training or (self.curve_positions is None and last_epoch)
+
     def on_validation_epoch_end(self) -> None:
         if self.trainer.sanity_checking:
             return
         metrics = self.epoch_metrics()
         reach("evaluation")
-        self.history.append({"epoch": self.current_epoch + 1, **metrics})
+        epoch = self.trainer.max_epochs if self.after_training else self.current_epoch + 1
+        self.record_evaluation(metrics, epoch)
+
+    def record_evaluation(self, metrics: dict[str, float], epoch: int) -> None:
+        """An evaluation's metrics as a point of the curve at `epoch`; after training, as the score
+        (`final`), its curve point the sample's share of the same predictions."""
+        if self.after_training:
+            self.final, metrics = metrics, self.curve_point
+        if metrics is not None:
+            self.history.append({"epoch": epoch, **metrics})
 
     def lr_multipliers(self) -> dict[str, float]:
         """Parameter-name prefix -> learning-rate multiplier, for parts of the head that train at

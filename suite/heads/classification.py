@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -158,19 +158,28 @@ class ClassificationModule(EncoderModule):
         self._labels.append(batch["labels"])
         self._examples.append(batch["example"])
 
-    def epoch_metrics(self) -> dict[str, float]:
+    def epoch_outputs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(positions, predictions, labels) of the examples evaluated, in dev order."""
         # Batches come length-sorted: put predictions back in dev order (the `example` index).
-        order = torch.cat(self._examples).argsort()
+        examples = torch.cat(self._examples)
+        order = examples.argsort()
         predictions = torch.cat(self._predictions)[order].float().cpu().numpy()
         labels = torch.cat(self._labels)[order].cpu().numpy()
         self._predictions, self._labels, self._examples = [], [], []
+        return examples[order].cpu().numpy(), predictions, labels
+
+    def score(self, outputs: Any, positions: np.ndarray | None) -> tuple[dict[str, float], dict[str, list]]:
+        examples, predictions, labels = outputs
+        if positions is not None:
+            keep = np.isin(examples, positions)
+            predictions, labels = predictions[keep], labels[keep]
         if self.regression:
-            self.per_example = {"prediction": np.round(predictions, 4).tolist(), "label": labels.tolist()}
+            per_example = {"prediction": np.round(predictions, 4).tolist(), "label": labels.tolist()}
         else:
             predictions = predictions.astype(np.int64)
-            self.per_example = {
+            per_example = {
                 "prediction": predictions.tolist(),
                 "label": labels.tolist(),
                 "correct": (predictions == labels).astype(int).tolist(),
             }
-        return classification_scores(self.metric_names, labels, predictions, self.num_labels)
+        return classification_scores(self.metric_names, labels, predictions, self.num_labels), per_example

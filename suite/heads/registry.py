@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from transformers import DataCollatorWithPadding, PreTrainedModel
 
 from suite.config.sweep import HParams
 from suite.config.task import TaskSpec
 from suite.data.classification import ClassificationData
 from suite.data.squad import QAData
+from suite.data.subsample import regression_strata, subsample_indices
 from suite.data.tagging import TaggingData, assemble, collate_tagging
 from suite.errors import SpecError
 from suite.heads.base import EncoderModule
@@ -30,6 +32,9 @@ from suite.model.metrics import (
     trivial_baseline,
 )
 
+# The curve sample's seed: one fixed sample of the evaluation set for every trial (never a trial's seeds).
+CURVE_SAMPLE_SEED = 0
+
 
 @dataclass
 class PreparedTask:
@@ -42,6 +47,8 @@ class PreparedTask:
     baseline: dict[str, float]
     builder: Callable[[PreparedTask, PreTrainedModel, HParams], EncoderModule] | None = None
     eval_note: Callable[[], dict[str, Any]] | None = None  # what the evaluation set is, per trial
+    position: str = "example"  # the dev feature field holding its example's position in the set
+    strata: np.ndarray | None = None  # the evaluation set's labels (or target bins), by position
 
     def build_module(self, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
         """The head, then the encoder weights its checkpoint lacked (those the head kept), then the
@@ -52,12 +59,31 @@ class PreparedTask:
         stabilisers.apply(module, hparams)
         return module
 
+    def curve_positions(self) -> np.ndarray | None:
+        """The positions in the evaluation set that each epoch's evaluation covers: `curve_sample`
+        of them, drawn with a fixed seed (stratified by label where the task has labels), the same
+        for every trial; None: the whole set (`full`, or a set no larger)."""
+        size, n = self.spec.curve_sample, len(self.data.dev_indices())
+        if size == "full" or size >= n:
+            return None
+        return subsample_indices(n, size, CURVE_SAMPLE_SEED, self.strata)
+
+    def curve_features(self, dev: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], np.ndarray | None]:
+        """The evaluation set's features (`dev`) that each epoch evaluates, and their positions
+        (None: all of them)."""
+        positions = self.curve_positions()
+        if positions is None:
+            return dev, None
+        chosen = set(positions.tolist())
+        return [f for f in dev if f[self.position] in chosen], positions
+
 
 def _classification(spec: TaskSpec, root: Path | None, tokenizer: Any) -> PreparedTask:
     data = ClassificationData(spec, root, tokenizer)
     names = [spec.metric.main, *spec.metric.extra]
     dev = data.labels["dev"][data.dev_indices()]
     baseline = trivial_baseline(names, dev, spec.regression, data.num_labels)
+    strata = regression_strata(dev) if spec.regression else dev
 
     def build(task: PreparedTask, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
         classifier = spec.classifier if hparams.classifier == "task" else hparams.classifier
@@ -67,21 +93,26 @@ def _classification(spec: TaskSpec, root: Path | None, tokenizer: Any) -> Prepar
             encoder, hparams, data.num_labels, names, regression=spec.regression, classifier=classifier
         )
 
-    return PreparedTask(spec, data, tokenizer, DataCollatorWithPadding(tokenizer), baseline, build)
+    collate = DataCollatorWithPadding(tokenizer)
+    return PreparedTask(spec, data, tokenizer, collate, baseline, build, strata=strata)
 
 
 Scored = tuple[dict[str, float], dict[str, list]]  # (metrics, per-example outcomes)
+Positions = np.ndarray | None  # the positions in the evaluation set evaluated (None: all)
 
 
-def tagging_scorer(data: TaggingData) -> Callable[[list[tuple[int, int, list[int]]]], Scored]:
+def tagging_scorer(data: TaggingData) -> Callable[[list[tuple[int, int, list[int]]], Positions], Scored]:
     """Window predictions -> word tags per dev sentence -> seqeval entity scores, and each
-    sentence's entity counts."""
+    sentence's entity counts, over the sentences at `positions` (None: every dev sentence)."""
     indices = data.dev_indices()
     gold = data.gold("dev", indices)
 
-    def score(windows: list[tuple[int, int, list[int]]]) -> Scored:
-        predicted = [[data.tags[t] for t in tags] for tags in assemble(windows, len(gold))]
-        return entity_scores(gold, predicted), sentence_entity_counts(gold, predicted)
+    def score(windows: list[tuple[int, int, list[int]]], positions: Positions = None) -> Scored:
+        keep = range(len(gold)) if positions is None else positions.tolist()
+        tags = assemble(windows, len(gold))
+        predicted = [[data.tags[t] for t in tags[p]] for p in keep]
+        scored = [gold[p] for p in keep]
+        return entity_scores(scored, predicted), sentence_entity_counts(scored, predicted)
 
     return score
 
@@ -94,18 +125,30 @@ def _tagging(spec: TaskSpec, root: Path | None, tokenizer: Any) -> PreparedTask:
     def build(task: PreparedTask, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
         return TaggingModule(encoder, hparams, data.tags, tagging_scorer(data), crf=spec.tagging.crf)
 
-    return PreparedTask(spec, data, tokenizer, collate_tagging(tokenizer), baseline, build)
+    collate = collate_tagging(tokenizer)
+    return PreparedTask(spec, data, tokenizer, collate, baseline, build, position="sentence")
 
 
-def span_scorer(data: QAData) -> Callable[[dict, dict], Scored]:
-    """Window logits -> best answer per held-out question -> official SQuAD EM/F1, and each
-    question's EM/F1."""
+def span_scorer(data: QAData) -> Callable[[dict, dict, Positions], Scored]:
+    """Window logits (by window number) -> best answer per held-out question -> official SQuAD
+    EM/F1, and each question's EM/F1, over the questions at `positions` (None: every one)."""
     windows = data.features("dev", data.dev_indices())
     contexts, golds, qa = [e.context for e in data.dev], data.golds(), data.qa
 
-    def score(start: dict, end: dict) -> Scored:
-        answers = best_answers(windows, contexts, start, end, qa.n_best, qa.max_answer_length)
-        return squad_scores(answers, golds), squad_per_question(answers, golds)
+    def score(start: dict, end: dict, positions: Positions = None) -> Scored:
+        keep = range(len(golds)) if positions is None else positions.tolist()
+        chosen = set(keep)
+        numbers = [w for w, window in enumerate(windows) if window["example"] in chosen]
+        found = best_answers(
+            [windows[w] for w in numbers],
+            contexts,
+            dict(enumerate(start[w] for w in numbers)),
+            dict(enumerate(end[w] for w in numbers)),
+            qa.n_best,
+            qa.max_answer_length,
+        )
+        answers, scored = [found[p] for p in keep], [golds[p] for p in keep]
+        return squad_scores(answers, scored), squad_per_question(answers, scored)
 
     return score
 

@@ -20,7 +20,9 @@ from suite.config.sweep import HParams
 from suite.heads.base import EncoderModule, Fp32Linear
 from suite.model.encoders import drop_pooler
 
-Scorer = Callable[[dict[int, np.ndarray], dict[int, np.ndarray]], tuple[dict[str, float], dict[str, list]]]
+# (start and end logits by window number, positions in the evaluation set scored or None: all)
+Logits = dict[int, np.ndarray]
+Scorer = Callable[[Logits, Logits, Any], tuple[dict[str, float], dict[str, list]]]
 
 
 class SpanModule(EncoderModule):
@@ -52,10 +54,12 @@ class SpanModule(EncoderModule):
             self._start[window] = start[row, : lengths[row]].float().cpu().numpy()
             self._end[window] = end[row, : lengths[row]].float().cpu().numpy()
 
-    def epoch_metrics(self) -> dict[str, float]:
+    def epoch_outputs(self) -> tuple[Logits, Logits]:
         start, end, self._start, self._end = self._start, self._end, {}, {}
-        metrics, self.per_example = self.scorer(start, end)
-        return metrics
+        return start, end
+
+    def score(self, outputs: Any, positions: Any) -> tuple[dict[str, float], dict[str, list]]:
+        return self.scorer(*outputs, positions)
 
 
 def best_answers(

@@ -15,6 +15,7 @@ training nor Viterbi decoding can use them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,7 +28,8 @@ from suite.errors import SpecError
 from suite.heads.base import EncoderModule, Fp32Linear
 from suite.model.encoders import drop_pooler
 
-Scorer = Callable[[list[tuple[int, int, list[int]]]], tuple[dict[str, float], dict[str, list]]]
+# (windows' predictions, positions in the evaluation set scored or None: all) -> (metrics, per sentence)
+Scorer = Callable[[list[tuple[int, int, list[int]]], Any], tuple[dict[str, float], dict[str, list]]]
 
 CRF_LR_MULT = 100.0  # transitions start at U(-0.1, 0.1): at the encoder's 2e-5 they would barely move
 FORBIDDEN = -10000.0
@@ -189,7 +191,9 @@ class TaggingModule(EncoderModule):
         ):
             self._windows.append((sentence, first, tags))
 
-    def epoch_metrics(self) -> dict[str, float]:
+    def epoch_outputs(self) -> list[tuple[int, int, list[int]]]:
         windows, self._windows = self._windows, []
-        metrics, self.per_example = self.scorer(windows)
-        return metrics
+        return windows
+
+    def score(self, outputs: Any, positions: Any) -> tuple[dict[str, float], dict[str, list]]:
+        return self.scorer(outputs, positions)

@@ -9,6 +9,10 @@
 - Only the software stack differs and the user allows it (`--allow-stack-change`): it resumes,
   marked mixed in every output.
 - Anything else: refused, naming what changed.
+
+A task field added after a study was stored (`identity.TASK_FIELDS_ADDED`) is absent from its
+fingerprint and run info: the study keeps the behaviour that absence means (`with_stored_fields`,
+`stored_task`), unless the command sets another value (then it is another study, refused).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 from suite.config.sweep import SweepSpec
 from suite.config.task import TaskSpec
 from suite.errors import SuiteError
-from suite.identity import STACK, differences, refusal
+from suite.identity import STACK, TASK_FIELDS_ADDED, differences, refusal
 
 # Fingerprint fields a plan may extend: whether it does is decided on the planned trials.
 _GROWABLE = (
@@ -54,6 +58,27 @@ class Resumption:
         if self.stack_changed:
             parts.append(f"resumed on another software stack ({'; '.join(self.stack_changed)}): marked mixed")
         return "; ".join(parts)
+
+
+def with_stored_fields(task: TaskSpec, stored: dict[str, Any] | None) -> TaskSpec:
+    """The task as the stored study (its fingerprint `stored`; None: a new study) runs it: a field
+    the fingerprint lacks, left at its default by the command, takes the value its absence means
+    (a study made before the field, or at that value). A value set otherwise is left for
+    `resumption` to refuse."""
+    if not stored:
+        return task
+    update = {
+        name: old
+        for name, old in TASK_FIELDS_ADDED.items()
+        if f"task.{name}" not in stored and getattr(task, name) == TaskSpec.model_fields[name].default
+    }
+    return task.model_copy(update=update) if update else task
+
+
+def stored_task(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A task as a study's run info holds it, with the fields added since it was stored at the values
+    their absence means (for `TaskSpec.model_validate`)."""
+    return {**TASK_FIELDS_ADDED, **dumped}
 
 
 def resumption(
@@ -118,7 +143,7 @@ def _grown(
         raise SuiteError(refusal(study, where, shown) + " (the stored study has no plan to extend)")
     else:  # both plans from the settings the study drew (random, QMC), not from the sampler again
         drawn = info.get(SETTINGS)
-        before = TaskSpec.model_validate(info["task"]), SweepSpec.model_validate(info["sweep"])
+        before = TaskSpec.model_validate(stored_task(info["task"])), SweepSpec.model_validate(info["sweep"])
         old = {p.key for p in plan_trials(*before, drawn)}
         new = {p.key for p in plan_trials(task, sweep, drawn)}
     if new < old and info.get("grown"):  # the options that grew the study were left out of this command

@@ -109,6 +109,7 @@ def setup_study(request: Request) -> Setup:
     the study's fingerprint, folder, storage URL and name. Reads only (and fills the feature cache)."""
     task_path, task, sweep_path, sweep = load_specs(request)
     from suite.model.devices import resolve_trainer, resolve_workers, usable_cpus  # imports torch
+    from suite.study.resume import with_stored_fields
     from suite.study.storage import check_outputs_held, stored_study
 
     model = request.model or task.model
@@ -116,6 +117,7 @@ def setup_study(request: Request) -> Setup:
     folder, url, name = study_address(request, task, sweep)
     check_outputs_held(folder, url)
     study = stored_study(url, name)  # None: a new study
+    task = with_stored_fields(task, study.user_attrs.get("fingerprint") if study else None)
     stored = stored_threads(study)
     fixed = study_threads(request.threads, stored, name)
     cpus, cpus_why = usable_cpus()
@@ -129,7 +131,7 @@ def setup_study(request: Request) -> Setup:
         whose = "the study's" if stored else "--threads" if fixed else f"{cpus} / {workers} for a new study"
         print(f"{why}; {threads} thread(s) each ({whose}; {cpus_why})", file=sys.stderr)
     prepared, fingerprint, stack = _checked(
-        request, task, sweep, model, threads, trainer, task_path, sweep_path
+        request, task, sweep, model, threads, trainer, task_path, sweep_path, new=study is None
     )
     return Setup(
         request,
@@ -211,13 +213,14 @@ def join_study(request: Request, info: dict[str, Any]) -> Setup:
     if request.storage is None or request.study is None:
         raise SpecError("a worker needs --storage and --study")
     from suite.model.devices import resolve_trainer, usable_cpus  # imports torch
+    from suite.study.resume import stored_task
 
-    task, sweep = TaskSpec.model_validate(info["task"]), SweepSpec.model_validate(info["sweep"])
+    task, sweep = TaskSpec.model_validate(stored_task(info["task"])), SweepSpec.model_validate(info["sweep"])
     trainer = resolve_trainer({**info.get("trainer", {}), **request.trainer})
     where = f"study {request.study}"
     threads = study_threads(request.threads, info.get("threads"), request.study) or usable_cpus()[0]
     prepared, fingerprint, stack = _checked(
-        request, task, sweep, info["model"], threads, trainer, where, where
+        request, task, sweep, info["model"], threads, trainer, where, where, new=False
     )
     return Setup(
         request,
@@ -244,6 +247,7 @@ def _checked(
     trainer: dict[str, Any],
     task_where: Any,
     sweep_where: Any,
+    new: bool = True,
 ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """The prepared task after the model, the sweep's stabilisers and every planned input are
     checked; the study's fingerprint and the software stack it names: none when the study is planned
@@ -261,7 +265,7 @@ def _checked(
     encoder = load_encoder(model)
     check_sweep(encoder, sweep, sweep_where, task.head, task.classifier, task_where)
     prepared = prepare_task(task, data_dir(request.data_dir), tokenizer)
-    check_planned_inputs(prepared, sweep, task_where)
+    check_planned_inputs(prepared, sweep, task_where, new)
     attention = getattr(encoder.config, "_attn_implementation", None)
     stack = software_stack(trainer, attention) if request.gpus_per_worker is None else {}
     return prepared, fingerprint_of(prepared, sweep, model, threads, trainer, stack), stack

@@ -13,7 +13,8 @@ What keeps a replicate equal to its sequential `run_trial` (tests/test_replicas.
   same linear warmup schedule; the gradient norm is clipped per replicate as Lightning's
   `clip_grad_norm_` clips one model;
 - evaluation: all replicates see the same dev batches; each replicate's predictions go through
-  its own module's `epoch_metrics`, so `history` is what `ClassificationModule` records.
+  its own module's `epoch_metrics`, so `history` is what `ClassificationModule` records: each
+  epoch on the curve sample, then the whole set once after the last epoch (as `run_trial`).
 
 Dropout is the exception: under `vmap(randomness="different")` the R masks are drawn from one
 global stream (seeded from the group's keys), so a replicate's dropout depends on its group and
@@ -41,7 +42,15 @@ from suite.heads.classification import ClassificationModule
 from suite.heads.registry import PreparedTask
 from suite.model.devices import resolve_trainer
 from suite.model.encoders import load_encoder
-from suite.training.trial import TrialPlan, _finish, crash_reason, new_record, record_costs
+from suite.training.trial import (
+    TrialPlan,
+    _finish,
+    add_eval_time,
+    crash_reason,
+    evaluated_on,
+    new_record,
+    record_costs,
+)
 
 # SDPA's CPU kernel has no vmap batching rule: torch loops over the replicates for that one op
 # (measured about as fast as eager attention's batched matmuls at R=4), and warns every step.
@@ -140,9 +149,11 @@ class _Group:
         data = task.data
         train = data.features("train", data.train_indices(plans[0].size, plans[0].seeds.subsample))
         dev = data.features("dev", data.dev_indices())
+        curve, self.positions = task.curve_features(dev)
         self.modules: list[ClassificationModule] = []
         for plan, record in zip(plans, records, strict=True):
             record.update(n_train=len(train), n_dev=len(dev), trainer=options)
+            record["evaluated_on"] = evaluated_on(len(data.dev_indices()), self.positions)
             if task.eval_note is not None:
                 record["eval_set"] = task.eval_note()
             torch.manual_seed(plan.seeds.init)  # the head's initial weights, as run_trial draws them
@@ -157,6 +168,7 @@ class _Group:
                 raise SuiteError("replicate group: the task's head is not ClassificationModule")
             record["head"] = getattr(module, "head_name", task.spec.head)
             record["drawn_weights"] = list(getattr(module, "drawn_weights", []))
+            module.curve_positions = self.positions
             record["module"] = module  # partial results survive a crash mid-training
             record.update(epochs_run=h.epochs_for(len(train)), eval_every=h.eval_every(len(train)))
             self.modules.append(module.to(self.device))
@@ -166,7 +178,9 @@ class _Group:
             ).train_dataloader()
             for p in plans
         ]
-        self.dev_loader = FeatureDataModule(train, dev, h.batch_size, 0, task.collate).val_dataloader()
+        evaluation = FeatureDataModule(train, curve, h.batch_size, 0, task.collate)
+        self.dev_loader = evaluation.val_dataloader()
+        self.whole_loader = None if self.positions is None else evaluation.eval_dataloader(dev)
         self.skeleton = self.modules[0]  # functional_call swaps the stacked parameters in
         self.params, _ = stack_module_state(self.modules)  # buffers are equal: the skeleton's serve
         # The first module's own optimizer (its groups: decay, lr multipliers) with each parameter
@@ -271,12 +285,17 @@ class _Group:
                 self.optimizer.zero_grad(set_to_none=True)
                 self.schedule.step()
                 step += 1
-            if (epoch + 1) % every == 0:
-                self._evaluate(epoch)
+            # With a curve sample, the last epoch is evaluated after training, on the whole set.
+            if (epoch + 1) % every == 0 and not (self.whole_loader is not None and epoch + 1 == epochs):
+                self._evaluate(epoch, self.dev_loader)
         end = time.perf_counter()
         for record in self.records:
             record["train_end"] = end
             record.setdefault("first_step", self.records[0]["first_step"])
+        if self.whole_loader is not None:  # the score: the whole set, once, after the last epoch
+            for module in self.modules:
+                module.after_training = True
+            self._evaluate(epochs - 1, self.whole_loader)
 
     def _record_step(self, step: int, losses: list[float], batches: list[dict[str, torch.Tensor]]) -> None:
         """Per replicate, what EncoderModule.training_step records (and its divergence check)."""
@@ -296,11 +315,13 @@ class _Group:
             module.count_tokens(batch)
 
     @torch.no_grad()
-    def _evaluate(self, epoch: int) -> None:
-        """Every replicate predicts the same dev batches; its own module scores them."""
+    def _evaluate(self, epoch: int, loader: Any) -> None:
+        """Every replicate predicts the same dev batches; its own module scores them (into its
+        history, or its `final` score after training); each record gets the evaluation's time."""
+        start = time.perf_counter()
         self.skeleton.eval()
         logits_fn = vmap(self._logits, in_dims=(0, None), randomness="different")
-        for batch in self.dev_loader:
+        for batch in loader:
             inputs = {k: v.to(self.device) for k, v in batch.items() if k != "example"}
             inputs["attention_mask"] = self._mask(inputs["attention_mask"]).to(self.device)
             with self._context():
@@ -312,5 +333,9 @@ class _Group:
         for r, module in enumerate(self.modules):
             metrics = module.epoch_metrics()
             if self.alive[r]:  # a diverged replicate stopped, as its sequential run would have
-                module.history.append({"epoch": epoch + 1, **metrics})
+                module.record_evaluation(metrics, epoch + 1)
         self.skeleton.train()
+        seconds = time.perf_counter() - start
+        for module, record in zip(self.modules, self.records, strict=True):
+            scored = module.after_training or (self.positions is None and epoch + 1 == record["epochs_run"])
+            add_eval_time(record, seconds, scored, module.after_training)

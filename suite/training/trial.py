@@ -1,5 +1,11 @@
 """One trial: one fine-tuning run (task, model, size, hyperparameters, three seeds) ->
-a record with per-epoch dev metrics, loss curve, wall time, tokens and failure verdict."""
+a record with per-epoch dev metrics, loss curve, wall time, tokens and failure verdict.
+
+Each epoch evaluates the task's curve sample (`curve_sample`: a fixed sample of the evaluation set,
+the same for every trial; the curve and a pruner's intermediate values); the score is the whole
+set's, evaluated once after the last epoch. With a whole-set curve (`curve_sample: full`, or a set
+no larger than the sample) the last epoch's evaluation is the score, as before there was a sample.
+`evaluated_on` says which set each part of the record is on; `time_s` splits the trial's time."""
 
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ from suite.config.task import Size
 from suite.data.module import FeatureDataModule
 from suite.data.pieces import piece_cost
 from suite.errors import SuiteError, TrialDiverged
-from suite.heads.registry import PreparedTask
+from suite.heads.registry import CURVE_SAMPLE_SEED, PreparedTask
 from suite.model.devices import resolve_trainer
 from suite.model.encoders import load_encoder
 
@@ -69,9 +75,9 @@ def run_trial(
 
     A user error (`SuiteError`) is not an outcome: it propagates and stops the study.
     `trainer` passes Lightning options through (accelerator, devices, strategy, precision);
-    `pruning_trial` (an Optuna trial) is told the dev score after every epoch and may stop
-    the run, which is then recorded as pruned, not failed. `callbacks` watch the run (progress)
-    and must not change it.
+    `pruning_trial` (an Optuna trial) is told the curve's dev score (on the curve sample) after
+    every epoch and may stop the run, which is then recorded as pruned, not failed. `callbacks`
+    watch the run (progress) and must not change it.
     """
     record = new_record(task, model, plan)
     start = time.perf_counter()
@@ -115,15 +121,36 @@ def crash_reason(err: Exception) -> str:
     return f"error: {type(err).__name__}: {err} ({where})"
 
 
+def evaluated_on(n: int, positions: Any) -> dict[str, dict[str, Any]]:
+    """Which set each part of a record is on: `epochs` (the curve) on the sample at `positions`
+    (None: the whole set of `n` examples), the score (`score`, `scores`, `per_example`) on the
+    whole set. Examples are sentences for tagging, questions for span tasks."""
+    whole = {"set": "whole", "examples": n}
+    if positions is None:
+        return {"epochs": whole, "score": whole}
+    curve = {"set": "sample", "examples": len(positions), "seed": CURVE_SAMPLE_SEED}
+    return {"epochs": curve, "score": whole}
+
+
 def record_costs(record: dict[str, Any], start: float, end: float) -> None:
-    """Peak memory and per-trial overhead (from the `first_step`/`train_end` marks) into the record."""
+    """Peak memory, and the trial's time split into training, curve evaluation, final evaluation and
+    overhead (from the `first_step`/`train_end` marks and the evaluations' `eval_s`), into the record."""
     # The process's peak resident memory (Linux: KiB) since the worker reset it as this trial started
     # (suite/study/memory.py), else since the process started: a leak shows as growth over trials.
     record["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    evals = record.pop("eval_s", {})
+    curve, final, after = (evals.get(k, 0.0) for k in ("curve", "final", "after_training"))
     if "train_end" in record:  # the overhead of a trial: everything but training and evaluation
+        first, train_end = record.pop("first_step"), record.pop("train_end")
         record["overhead_s"] = {
-            "to_first_step": round(record.pop("first_step") - start, 3),
-            "after_training": round(end - record.pop("train_end"), 3),
+            "to_first_step": round(first - start, 3),
+            "after_training": round(end - train_end - after, 3),
+        }
+        training = train_end - first - (curve + final - after)
+        record["time_s"] = {
+            "training": round(training, 3),
+            "curve_evaluation": round(curve, 3),
+            "final_evaluation": round(final, 3),
         }
     record.pop("first_step", None)
 
@@ -142,7 +169,9 @@ def _fit(
     train_idx = data.train_indices(plan.size, plan.seeds.subsample)
     train = data.features("train", train_idx)
     dev = data.features("dev", data.dev_indices())
+    curve, positions = task.curve_features(dev)
     record.update(n_train=len(train), n_dev=len(dev))
+    record["evaluated_on"] = evaluated_on(len(data.dev_indices()), positions)
     if task.eval_note is not None:
         record["eval_set"] = task.eval_note()
 
@@ -151,10 +180,11 @@ def _fit(
     record["head"] = getattr(module, "head_name", task.spec.head)
     # Encoder weights the checkpoint lacked (a masked-LM checkpoint's pooler), drawn under the init seed.
     record["drawn_weights"] = list(getattr(module, "drawn_weights", []))
+    module.curve_positions = positions
     torch.manual_seed(plan.seeds.order)  # dropout masks
     datamodule = FeatureDataModule(
         train,
-        dev,
+        curve,
         plan.hparams.batch_size,
         plan.seeds.order,
         task.collate,
@@ -166,6 +196,8 @@ def _fit(
         module.piece_cost = record["piece_cost"] = piece_cost(options["accelerator"])
     clock = StepClock(record)
     callbacks = [clock, PruneOnEpoch(pruning_trial, task.spec.metric.main)] if pruning_trial else [clock]
+    if positions is not None:
+        callbacks.append(ScoredAfterTraining())
     callbacks += list(watchers)
     trainer = L.Trainer(
         max_epochs=record.setdefault("epochs_run", plan.hparams.epochs_for(len(train))),
@@ -180,15 +212,31 @@ def _fit(
         num_sanity_val_steps=0,
     )
     trainer.fit(module, datamodule=datamodule)
+    if positions is not None:  # the score: the whole set, once, on the last epoch's weights
+        module.after_training = True
+        trainer.validate(module, dataloaders=datamodule.eval_dataloader(dev), verbose=False)
     return module
 
 
+class ScoredAfterTraining(L.Callback):
+    """With a curve sample, the last epoch is not evaluated in the loop: the evaluation after
+    training, on the whole set, gives the score and, from the same predictions, the curve's last
+    point; the sample is never evaluated twice on the same weights."""
+
+    def on_train_epoch_start(self, trainer: L.Trainer, module: Any) -> None:
+        if trainer.current_epoch + 1 == trainer.max_epochs:
+            trainer.check_val_every_n_epoch = trainer.max_epochs + 1  # divides no epoch: none evaluated
+
+
 class StepClock(L.Callback):
-    """Notes when the first training step starts and when training (with its last dev
-    evaluation) ends, so a record tells its per-trial overhead apart from its compute."""
+    """Notes when the first training step starts, when training (with its last in-loop dev
+    evaluation) ends, and how long each evaluation takes (`eval_s`: the curve's, the scored one's,
+    and what of it ran after training), so a record tells training, evaluation and per-trial
+    overhead apart."""
 
     def __init__(self, record: dict[str, Any]) -> None:
         self.record = record
+        self.eval_start = 0.0
 
     def on_train_batch_start(self, trainer: L.Trainer, module: Any, batch: Any, batch_idx: int) -> None:
         self.record.setdefault("first_step", time.perf_counter())
@@ -196,10 +244,26 @@ class StepClock(L.Callback):
     def on_train_end(self, trainer: L.Trainer, module: Any) -> None:
         self.record["train_end"] = time.perf_counter()
 
+    def on_validation_start(self, trainer: L.Trainer, module: Any) -> None:
+        self.eval_start = time.perf_counter()
+
+    def on_validation_end(self, trainer: L.Trainer, module: Any) -> None:
+        seconds = time.perf_counter() - self.eval_start
+        add_eval_time(self.record, seconds, module.scored_evaluation, module.after_training)
+
+
+def add_eval_time(record: dict[str, Any], seconds: float, scored: bool, after_training: bool) -> None:
+    """An evaluation's seconds into the record's `eval_s` (see `record_costs`): the scored one's
+    or the curve's, and whether it ran after training."""
+    evals = record.setdefault("eval_s", {})
+    for kind in ["final" if scored else "curve"] + ["after_training"] * after_training:
+        evals[kind] = evals.get(kind, 0.0) + seconds
+
 
 class PruneOnEpoch(L.Callback):
-    """Reports each epoch's dev score to Optuna and stops the run when its pruner says so.
-    (optuna-integration's callback broke on Lightning 2.x; this is the part we need.)"""
+    """Reports each epoch's dev score (the curve's: on the curve sample) to Optuna and stops the
+    run when its pruner says so. (optuna-integration's callback broke on Lightning 2.x; this is
+    the part we need.)"""
 
     def __init__(self, trial: Any, metric: str) -> None:
         self.trial, self.metric, self.reported = trial, metric, 0
@@ -224,9 +288,13 @@ def _finish(task: PreparedTask, record: dict[str, Any], module: Any) -> None:
         with contextlib.suppress(Exception):  # steps a crash left unread (a GPU's last few), if readable
             module.record_steps()
         record.update(epochs=module.history, loss_curve=module.loss_curve, tokens=dict(module.tokens))
-        record["per_example"] = module.per_example
+        # Per example: the whole set's outcomes only (a sample's, before the score ran, are not kept).
+        whole = module.curve_positions is None or module.final is not None
+        record["per_example"] = module.per_example if whole else None
     record.setdefault("epochs", [])
     final = record["epochs"][-1] if record["epochs"] else {}
+    if module is not None and module.final is not None:  # the whole set, after the last epoch
+        final = module.final
     score = final.get(task.spec.metric.main)
     if "outcome" not in record:
         failure, reason = judge(task, score)
