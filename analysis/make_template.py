@@ -78,7 +78,7 @@ CELLS = [
         "recipes ran the same ones). `suite compare RUN --reference NAME` picks another reference."
     ),
     new_code_cell(
-        "from suite.stats.recipes import format_recipe_table, recipe_groups, recipe_table\n\n"
+        "from suite.stats.compare import format_recipe_table, recipe_groups, recipe_table\n\n"
         "references = info.get('sweep', {}).get('references')  # each recipe's declared reference\n"
         "print(format_recipe_table(recipe_table(trials, references=references), metric) if recipe_groups(trials) else 'no recipes in this sweep')"
     ),

@@ -1,4 +1,4 @@
-"""Aggregates across tasks (suite.stats.aggregate) on synthetic leaderboard entries: the
+"""Aggregates across tasks (suite.stats.aggregate.across_tasks) on synthetic leaderboard entries: the
 normalisation, the task-weighted IQM, the performance profile and the average probability of
 improvement, cross-checked against `rliable` (Agarwal et al. 2021) where it is importable."""
 

@@ -1,4 +1,4 @@
-"""Coverage of the cross-task aggregates' intervals (suite.stats.aggregate_intervals), by
+"""Coverage of the cross-task aggregates' intervals (suite.stats.aggregate.intervals), by
 simulation with known truths: 5 tasks, 3-10 runs each, collapsed runs at the constant prediction.
 Vectorised over studies with the code `aggregate` runs (`group_intervals`, `improvement_interval`)."""
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from suite.stats.aggregate import aggregate, group_intervals, improvement_interval, weighted_iqm
+from suite.stats.aggregate import aggregate, weighted_iqm
+from suite.stats.aggregate.across_tasks import group_intervals, improvement_interval
 from tests.test_aggregate import TASKS, _entry
 
 LEVELS = np.array([0.75, 0.85, 0.95, 1.0, 0.9])  # 5 tasks' normalised run medians

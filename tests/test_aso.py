@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from suite.stats.aso import (
+from suite.stats.compare.stochastic_order import (
     A_BETTER,
     B_BETTER,
     MIN_RUNS,
@@ -107,7 +107,7 @@ def test_false_dominance_at_the_floor() -> None:
 
 
 def test_bonferroni_confidence_for_k_comparisons() -> None:
-    """Four models compared pairwise: 6 comparisons, 1 - 0.05 / 6 = 0.9917 ("0.992" in issue 21).
+    """Four models compared pairwise: 6 comparisons, 1 - 0.05 / 6 = 0.9917 (0.992 to three places).
     deepsig's rule c + (1 - c) / k gives 0.9583 there: that is 1 - (1 - 0.95)(1 - 1/6), a
     confidence that falls as k grows (0.95 + 0.05 / 6 < 0.95 + 0.05 / 2)."""
     assert pairwise_comparisons(4) == 6 and pairwise_comparisons(2) == 1

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import yaml
 
-from suite.stats.comparability import (
+from suite.stats.compare import (
     data_digest,
     reasons_not_comparable,
     same_model,
     subsample_note,
     subsample_sd,
 )
-from suite.stats.summary import gap_to_reported
+from suite.stats.estimates import gap_to_reported
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = {  # `suite run tasks/rte.yaml --profile smoke`: the bundled MiniLM, 64 examples, dev

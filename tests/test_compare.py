@@ -18,10 +18,9 @@ from scipy import stats
 
 from suite.commands.cli import main
 from suite.errors import SuiteError
-from suite.stats import exact
 from suite.stats.compare import compare, compare_block, format_comparison
-from suite.stats.paired import t_p, unit_t, welch_t
-from suite.stats.uncertainty import wilson
+from suite.stats.decide import exact, t_p, unit_t, welch_t
+from suite.stats.estimates import wilson
 from tests.designs import grid_records
 
 SIMS = 2000
@@ -336,7 +335,7 @@ def test_a_matrix_of_studies_holm_corrects_every_pair() -> None:
     """Three studies on the same seeds: C is 5 points better than A and B, B equals A up to noise.
     Every pair is compared per block; Holm's adjusted p is never below the raw one and only the
     pairs with C differ."""
-    from suite.stats.matrix import compare_matrix, format_matrix
+    from suite.stats.compare import compare_matrix, format_matrix
 
     effect = np.random.default_rng(1).normal(0, 0.02, 8)
     noise = np.random.default_rng(2).normal(0, 0.002, 8)
@@ -427,7 +426,7 @@ def test_a_lower_is_better_metric_mirrors_every_verdict(error_rate: str) -> None
 
 
 def test_a_matrix_names_the_side_ahead_by_the_metrics_direction(error_rate: str) -> None:
-    from suite.stats.matrix import compare_matrix
+    from suite.stats.compare import compare_matrix
 
     effect = np.random.default_rng(1).normal(0, 0.02, 8)
     sides = [("A", 0.0), ("C", 0.05)]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from suite.stats.components import (
+from suite.stats.estimates.components import (
     component_interval,
     crossed_components,
     independent_components,
@@ -216,7 +216,7 @@ def test_a_missing_cell_gets_reml_estimates() -> None:
     """REML (MixedLM) equals the method of moments on a complete balanced grid whose estimates are
     all positive, which checks how effects map to variance components; with a cell missing it
     stays close to the complete grid's estimates."""
-    from suite.stats.components import _reml
+    from suite.stats.estimates.components import _reml
 
     y = simulate((3, 5, 5), {k: 3 * v for k, v in SWEEP.items()}, 1, seed=9)[0]
     m = model(y.shape, "crossed", shared=True)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from suite.stats.examples import agreement, dev_sampling_error, example_summary, fleiss_kappa
+from suite.stats.estimates import agreement, dev_sampling_error, example_summary, fleiss_kappa
 
 
 def test_fleiss_kappa_matches_the_worked_example() -> None:
@@ -76,7 +76,7 @@ def _noise_records(correct: np.ndarray) -> list[dict]:
 def test_eval_noise_recovers_a_known_split_of_the_between_run_variance() -> None:
     """Runs that differ only by per-example coin flips are all dev-set noise (share ~1); a run-level
     shift adds known real spread, and the share falls to noise / (noise + shift variance)."""
-    from suite.stats.examples import eval_noise
+    from suite.stats.estimates import eval_noise
 
     rng = np.random.default_rng(0)
     runs, n = 400, 400

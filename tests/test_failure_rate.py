@@ -10,8 +10,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from suite.stats.failure_rate import failure_interval, least_share, stacked_failure_intervals, wilson
-from suite.stats.uncertainty import intervals, layout
+from suite.stats.design import layout
+from suite.stats.estimates import intervals
+from suite.stats.estimates.failure_rate import (
+    failure_interval,
+    least_share,
+    stacked_failure_intervals,
+    wilson,
+)
 from tests.designs import grid_records, independent_records
 
 

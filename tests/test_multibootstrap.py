@@ -10,14 +10,14 @@ import pytest
 from scipy import stats
 
 from suite.model.metrics import classification_scores
-from suite.stats.example_metrics import mean_scores
-from suite.stats.multibootstrap import (
+from suite.stats.compare.multi_bootstrap import (
     arm_replicates,
     example_weights,
     multibootstrap,
     multibootstrap_replicates,
     summarise,
 )
+from suite.stats.estimates.example_metrics import mean_scores
 
 # ---------------------------------------------------------------------------------------------
 # The reference, google-research/language language/multiberts/multibootstrap.py, re-run literally:

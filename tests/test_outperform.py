@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from suite.stats.outperform import (
+from suite.stats.compare.outperform import (
     MEANINGFUL,
     NOT_MEANINGFUL,
     NOT_SIGNIFICANT,

@@ -187,7 +187,7 @@ def test_a_share_the_grid_cannot_bound_is_hatched_not_drawn_with_an_interval() -
     no error bar for them and says how many seeds would bound them; a large grid draws them."""
     from matplotlib.patches import Rectangle
 
-    from suite.stats.components import variance_components
+    from suite.stats.estimates import variance_components
     from tests.designs import grid_records
 
     rng = np.random.default_rng(0)

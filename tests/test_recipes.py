@@ -9,10 +9,11 @@ import pytest
 
 from suite.commands.cli import main
 from suite.errors import SuiteError
-from suite.stats import exact
-from suite.stats.compare import hodges_lehmann, scored_values
-from suite.stats.paired import METHOD, unit_t
-from suite.stats.recipes import failures, fisher_power, format_recipe_table, recipe_table, shift
+from suite.stats.compare import hodges_lehmann
+from suite.stats.compare.recipes import failures, fisher_power, format_recipe_table, recipe_table, shift
+from suite.stats.decide import exact, unit_t
+from suite.stats.decide.paired import METHOD
+from suite.study.records import finite_scores
 from tests.designs import grid_records
 
 
@@ -93,7 +94,7 @@ def test_paired_shift_covers_the_true_shift_and_beats_the_unpaired_interval() ->
         assert found["paired"] and found["method"].startswith("paired Hodges-Lehmann")
         covered += found["ci95"][0] <= 0.01 <= found["ci95"][1]
         widths["paired"].append(np.diff(found["ci95"])[0])
-        widths["unpaired"].append(np.diff(hodges_lehmann(scored_values(ref), scored_values(new))["ci95"])[0])
+        widths["unpaired"].append(np.diff(hodges_lehmann(finite_scores(ref), finite_scores(new))["ci95"])[0])
     assert covered / sims >= 0.95 - 3 * np.sqrt(0.05 * 0.95 / sims)
     assert np.median(widths["paired"]) < 0.5 * np.median(widths["unpaired"])
 

@@ -1,4 +1,4 @@
-"""Sequential stopping (suite.stats.sequential) by simulation with known answers: the width rule
+"""Sequential stopping (suite.stats.compare.sequential) by simulation with known answers: the width rule
 must keep the final median interval's coverage (the current width alone does not: 91-92%), and the
 decided rule its type-I error over repeated looks (a 95% interval at every look does not: 13-15%).
 
@@ -11,10 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from suite.stats import sequential as sq
-from suite.stats.compare import hodges_lehmann, paired
-from suite.stats.paired import paired_units, unpaired_units
-from suite.stats.uncertainty import intervals, layout, stacked_intervals
+from suite.stats.compare import hodges_lehmann
+from suite.stats.compare import sequential as sq
+from suite.stats.compare.studies import paired
+from suite.stats.decide import paired_units, unpaired_units
+from suite.stats.design import layout
+from suite.stats.estimates import intervals, stacked_intervals
 from tests.designs import grid_records, independent_records
 
 START, BUDGET = 3, 30

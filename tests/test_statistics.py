@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from suite.stats.expected_max import stacked_ci
-from suite.stats.summary import (
+from suite.stats.estimates import (
     bootstrap_ci,
     expected_max,
     explained_by_settings,
@@ -15,9 +14,10 @@ from suite.stats.summary import (
     hyperparameter_importance,
     seeds_needed,
     spread,
-    stacked_runs_needed,
     summarize,
 )
+from suite.stats.estimates.expected_maximum import stacked_ci
+from suite.stats.estimates.summary import stacked_runs_needed
 from tests.designs import grid_records
 from tests.test_uncertainty import covered, draw_runs, studies
 

@@ -11,17 +11,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from suite.stats.gap import rank_min_p, rank_p, stacked_gap
-from suite.stats.summary import expected_max, gap_to_reported, seeds_needed, summarize
-from suite.stats.uncertainty import (
-    Layout,
+from suite.stats.design import Layout, layout, resample
+from suite.stats.estimates import (
     design_bootstrap,
+    expected_max,
+    gap_to_reported,
     intervals,
-    layout,
     reduce,
-    resample,
+    seeds_needed,
     stacked_intervals,
+    summarize,
 )
+from suite.stats.estimates.gap import rank_min_p, rank_p, stacked_gap
 from tests.designs import grid_records, independent_records
 
 # --- design detection and the bootstrap's resampling units -------------------------------------

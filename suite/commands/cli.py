@@ -331,16 +331,21 @@ def launch_of(args: argparse.Namespace) -> Launch:
 
 
 def compare_command(args: argparse.Namespace) -> None:
-    from suite.stats.blocks import check_studies, parse_setting
-    from suite.stats.compare import class_count, compare, format_comparison, load_records
+    from suite.stats.compare import (
+        check_studies,
+        class_count,
+        compare,
+        format_comparison,
+        load_records,
+        parse_setting,
+    )
 
     info_a, a = load_records(Path(args.run_a))
     metric = info_a.get("task", {}).get("metric", {}).get("main", "score")
     setting = parse_setting(args.setting)
     classes = class_count(info_a)  # the task's classes decide F1 and Matthews
     if not args.run_b and args.all_pairs:
-        from suite.stats.matrix import compare_matrix, format_matrix
-        from suite.stats.recipes import recipe_of
+        from suite.stats.compare import compare_matrix, format_matrix, recipe_of
 
         names = list(dict.fromkeys(r for x in a if (r := recipe_of(x)) is not None))
         if len(names) < 2:
@@ -351,7 +356,7 @@ def compare_command(args: argparse.Namespace) -> None:
         print(format_matrix(compare_matrix(studies, size=args.size, setting=setting, num_labels=classes)))
         return
     if not args.run_b:
-        from suite.stats.recipes import format_recipe_table, recipe_table
+        from suite.stats.compare import format_recipe_table, recipe_table
 
         try:
             references = info_a.get("sweep", {}).get("references")
@@ -363,7 +368,7 @@ def compare_command(args: argparse.Namespace) -> None:
     if args.reference:
         raise SuiteError("--reference: names a recipe of one study; give one run folder")
     if len(args.run_b) > 1:
-        from suite.stats.matrix import compare_matrix, format_matrix
+        from suite.stats.compare import compare_matrix, format_matrix
 
         studies = [(args.run_a, a)]
         for run in args.run_b:

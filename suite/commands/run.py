@@ -283,7 +283,7 @@ def write_outputs(study: Any, folder: Path, task: TaskSpec) -> list[dict[str, An
         seen = " vs ".join(", ".join(f"{k} {x.get(k)}" for k in differ) for x in stacks)
         print(f"mixed software stack (resumed with --allow-stack-change): {seen}; each trial records its own")
     if any(r.get("hparams", {}).get("recipe") for r in records):  # a recipe study: its table
-        from suite.stats.recipes import format_recipe_table, recipe_table
+        from suite.stats.compare import format_recipe_table, recipe_table
 
         references = info.get("sweep", {}).get("references")
         print(format_recipe_table(recipe_table(records, references=references), task.metric.main))
@@ -314,7 +314,7 @@ def export(run: Path, storage: str | None, study: str | None, every: bool, outpu
 def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) -> str:
     """One row per (size, full setting): runs, median, IQR, min, max, failed runs; then the
     trials that are not runs (errored, pruned) and why."""
-    from suite.stats.summary import summarize
+    from suite.stats.estimates import summarize
     from suite.study.records import outcome, setting_key, setting_labels
 
     split = "dev" if task.eval_split == "validation" else task.eval_split

@@ -2,7 +2,7 @@
 answers, or its budget (`--max-runs` per entry) is spent, and say which.
 
 Each round is a `suite run` with more repeats (a grown study: only the new trials train). The
-stopping rules and their simulated coverage and type-I error are in suite/stats/sequential.py;
+stopping rules and their simulated coverage and type-I error are in suite/stats/compare/sequential.py;
 the looks of `--until-decided` are planned once, when the study starts using them, and kept with
 the study, so rerunning the command never adds looks the correction did not pay for.
 """
@@ -15,8 +15,8 @@ from typing import Any
 from suite.commands.run import run_study
 from suite.config.request import Request
 from suite.errors import SpecError
-from suite.stats import sequential as seq
-from suite.stats.recipes import recipe_groups
+from suite.stats.compare import recipe_groups
+from suite.stats.compare import sequential as seq
 from suite.study.records import runs, setting_key
 from suite.study.setup import Setup, load_specs, study_address
 from suite.study.storage import stored_study

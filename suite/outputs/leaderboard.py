@@ -21,7 +21,7 @@ from suite import __version__
 from suite.config.task import higher_is_better
 from suite.errors import SuiteError
 from suite.provenance import git_commit
-from suite.stats.comparability import (
+from suite.stats.compare import (
     RANK_FIELDS,
     data_digest,
     rank_group_key,
@@ -29,8 +29,7 @@ from suite.stats.comparability import (
     subsample_note,
     subsample_sd,
 )
-from suite.stats.examples import example_summary
-from suite.stats.summary import gap_to_reported, hyperparameter_importance, summarize
+from suite.stats.estimates import example_summary, gap_to_reported, hyperparameter_importance, summarize
 from suite.study.records import load_run, runs, setting_key
 
 SCHEMA_VERSION = 5

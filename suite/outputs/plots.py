@@ -22,7 +22,7 @@ import seaborn as sns
 from matplotlib.text import Text
 
 from suite.outputs.leaderboard import size_order
-from suite.stats.summary import expected_max
+from suite.stats.estimates import expected_max
 from suite.study.records import runs, setting_key, setting_labels
 
 sns.set_theme(style="whitegrid", context="notebook")

@@ -61,7 +61,7 @@ def _mixed(entry: dict[str, Any]) -> bool:
 
 
 def _noise(entry: dict[str, Any]) -> dict[str, Any] | None:
-    """The entry's dev-set noise share (suite.stats.examples.eval_noise), or None."""
+    """The entry's dev-set noise share (suite.stats.estimates.eval_noise), or None."""
     found = (entry.get("examples") or {}).get("eval_noise")
     if not found:
         return None

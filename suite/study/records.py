@@ -8,14 +8,21 @@ Outcomes (docs/design.md, Outcomes):
 - `errored`: not a run at all (a crash, OOM, a killed worker): retried, reported apart, never in
   the failure rate or any statistic;
 - `pruned`: stopped early by a search-phase pruner: counted apart, never in a statistic.
+
+A record's score: every statistic reads it through `score`, `scored` and `finite_scores`, one
+rule: a finite `score` is a score (a failed run's included: it is a run and scored), anything
+else (None for a diverged, errored or pruned trial; NaN in records older code wrote) is none.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
+
+import numpy as np
 
 from suite.errors import SuiteError
 
@@ -23,7 +30,33 @@ RUN_OUTCOMES = ("succeeded", "failed")
 OUTCOMES = (*RUN_OUTCOMES, "errored", "pruned")
 
 
-def outcome(record: dict[str, Any]) -> str:
+class TrialRecord(TypedDict, total=False):
+    """One ended trial, as stored (a line of trials.jsonl, a trial's `record` in the study): a plain
+    dict, read and written as JSON unchanged. The keys the statistics read are typed here; every
+    field is listed in docs/outputs.md (Trial records). Open: a record keeps keys it does not
+    list (costs, timings, what newer code adds), and any key may be missing from older records."""
+
+    key: str  # the planned trial: size, every hyperparameter and the seeds
+    task: str
+    model: str
+    size: int | str  # training examples, or "full"
+    hparams: dict[str, Any]  # every hyperparameter (a recipe's name in `recipe`)
+    seeds: dict[str, int]  # {init, order, subsample}
+    metric: str  # the main metric, the one `score` holds
+    baseline: float
+    outcome: str  # one of OUTCOMES; records before the taxonomy have none (`outcome` reads their flags)
+    failure: str | None  # baseline | threshold | diverged
+    failed: bool
+    reason: str | None
+    pruned: bool  # records before the taxonomy
+    score: float | None  # the final dev main metric; None for a diverged, errored or pruned trial
+    scores: dict[str, float]  # every final metric of a scored run
+    last_score: float  # the last finite score of a diverged or pruned run (never a statistic's)
+    epochs: list[dict[str, Any]]
+    per_example: dict[str, list[Any]]
+
+
+def outcome(record: TrialRecord) -> str:
     """A record's outcome (records from before the taxonomy are read by their flags)."""
     if "outcome" in record:
         return record["outcome"]
@@ -34,13 +67,34 @@ def outcome(record: dict[str, Any]) -> str:
     return "failed" if record.get("failed") else "succeeded"
 
 
-def is_run(record: dict[str, Any]) -> bool:
+def is_run(record: TrialRecord) -> bool:
     """A run ended as a training outcome: it enters the statistics and the failure rate."""
     return outcome(record) in RUN_OUTCOMES
 
 
-def runs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def runs(records: Iterable[TrialRecord]) -> list[TrialRecord]:
     return [r for r in records if is_run(r)]
+
+
+def score(record: TrialRecord) -> float:
+    """The record's score, NaN where it has none (a diverged run, an errored or pruned trial)."""
+    value = record.get("score")
+    return float(value) if value is not None and math.isfinite(value) else math.nan
+
+
+def scored(records: Iterable[TrialRecord]) -> list[TrialRecord]:
+    """The records that have a score, in order (whatever their outcome: pass `runs` for runs)."""
+    return [r for r in records if math.isfinite(score(r))]
+
+
+def finite_scores(records: Iterable[TrialRecord] | Iterable[float | None] | np.ndarray) -> np.ndarray:
+    """The scores of the records that have one, in order, as floats; plain scores (numbers or None,
+    a list or an array) are read as given, their finite ones kept."""
+    items = records if isinstance(records, np.ndarray) else list(records)
+    if len(items) and isinstance(items[0], dict):
+        return np.array([score(r) for r in scored(items)], dtype=float)
+    x = np.asarray(items, dtype=float)
+    return x[np.isfinite(x)]
 
 
 WHOLE_SET = "full"  # the size that trains on every training example, whatever the subsample seed
@@ -58,7 +112,7 @@ def run_key(key: str | None) -> str | None:
     return f"{head}{sep}0" if sep else key
 
 
-def as_run(record: dict[str, Any]) -> dict[str, Any]:
+def as_run(record: TrialRecord) -> TrialRecord:
     """A record under its run's key (subsample 0 at `full`: the seed drew nothing there)."""
     key = run_key(record["key"])
     if key == record["key"]:
@@ -66,10 +120,10 @@ def as_run(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, "key": key, "seeds": {**record.get("seeds", {}), "subsample": 0}}
 
 
-def final_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def final_records(records: Iterable[TrialRecord]) -> list[TrialRecord]:
     """One record per planned run (key; at `full`, one per run whatever its subsample seed): its
     run if any attempt ran to an end, else its last errored attempt. Order: first appearance."""
-    chosen: dict[str, dict[str, Any]] = {}
+    chosen: dict[str, TrialRecord] = {}
     for r in map(as_run, records):
         previous = chosen.get(r["key"])
         if previous is None or not is_run(previous):  # a later attempt replaces an errored one
@@ -77,7 +131,7 @@ def final_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(chosen.values())
 
 
-def repeated_runs(records: Iterable[dict[str, Any]]) -> int:
+def repeated_runs(records: Iterable[TrialRecord]) -> int:
     """Runs trained again under another subsample seed at `full` (planned so before `full` was
     planned once): each is read once, and this many of them are left out."""
     keys: dict[str, set[str]] = {}
@@ -87,7 +141,7 @@ def repeated_runs(records: Iterable[dict[str, Any]]) -> int:
     return sum(len(k) - 1 for k in keys.values())
 
 
-def counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+def counts(records: Sequence[TrialRecord]) -> dict[str, int]:
     """How many final records end in each outcome."""
     out = dict.fromkeys(OUTCOMES, 0)
     for r in records:
@@ -101,7 +155,7 @@ def setting_key(hparams: dict[str, Any]) -> str:
     return json.dumps(hparams, sort_keys=True)
 
 
-def setting_labels(records: Iterable[dict[str, Any]]) -> dict[str, str]:
+def setting_labels(records: Iterable[TrialRecord]) -> dict[str, str]:
     """setting_key -> a short label naming the hyperparameters that differ across settings
     (all of lr, batch size and epochs when only one setting ran)."""
     settings = {setting_key(r["hparams"]): r["hparams"] for r in records}
@@ -120,7 +174,7 @@ def _fmt(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def load_run(folder: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def load_run(folder: str | Path) -> tuple[dict[str, Any], list[TrialRecord]]:
     """A run folder's study: its run info and the final record of each planned trial, read from
     the folder's own files (no storage access, so a password-protected URL never matters)."""
     folder = Path(folder)

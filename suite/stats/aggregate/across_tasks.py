@@ -14,7 +14,7 @@ tasks at one training size,
   ran of P(X > Y) (Mann-Whitney form, ties 1/2), with a stratified bootstrap that resamples each
   side's runs independently within each task.
 Point estimates are rliable's. Intervals are rliable's percentile intervals widened for few runs
-per task (suite.stats.aggregate_intervals, with their measured coverage: the IQM's percentile
+per task (intervals.py, with their measured coverage: the IQM's percentile
 interval covered 86-94% at 3-10 runs per task on 5 tasks, the widened one 94-97%);
 `intervals="percentile"` gives rliable's own. None has zero width: where no resample moves an
 estimate (every run tied) its interval is None, and a profile share of 0 or 1 gets exact bounds.
@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from suite.errors import SuiteError
-from suite.stats.aggregate_intervals import (
+from suite.stats.aggregate.intervals import (
     CONFIDENCE,
     METHODS,
     calibrated,
@@ -57,7 +57,7 @@ from suite.stats.aggregate_intervals import (
     profile_band,
     resample_tasks,
 )
-from suite.stats.normalised import (
+from suite.stats.aggregate.normalised import (
     baseline_of,
     by_task,
     choose,
@@ -66,7 +66,7 @@ from suite.stats.normalised import (
     run_scores,
     size_order,
 )
-from suite.study.records import is_run
+from suite.study.records import finite_scores, runs
 
 SETTINGS = ("one", "best", "pool")
 FALLBACKS = ("raw", "perfect")
@@ -151,7 +151,7 @@ def aggregate(
     fallback: a task without a usable reported median: "raw" scores or "perfect" (0 = baseline,
     1 = a score of 1.0; higher-is-better metrics with a baseline only).
     nboot = 0: estimates without intervals. intervals: "widened" (calibrated for few runs per
-    task) or "percentile" (rliable's; suite.stats.aggregate_intervals has both's coverage).
+    task) or "percentile" (rliable's; suite.stats.aggregate.intervals has both's coverage).
 
     Returns {by, size: {task: size}, normalisation: {task: scale}, groups: {name: {iqm: {estimate,
     interval}, profile: {taus, share, lower, upper}, tasks, runs: {task: n}, diverged, failure_rate,
@@ -176,13 +176,8 @@ def aggregate(
     for task, members in strata.items():
         scale = scales[task]
         base = baseline_of(task, members)
-        scored = [
-            r["score"]
-            for e in members
-            for r in e.get("runs") or []
-            if is_run(r) and r.get("score") is not None
-        ]
-        floor = base if base is not None else (min(scored) if scored else None)  # for diverged runs
+        scored = finite_scores(runs(r for e in members for r in e.get("runs") or []))
+        floor = base if base is not None else (float(scored.min()) if scored.size else None)  # diverged runs
         groups: dict[str, list[Entry]] = defaultdict(list)
         for e in members:
             if (name := name_of(e)) is not None:

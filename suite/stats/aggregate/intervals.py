@@ -1,6 +1,6 @@
-"""Intervals of the cross-task aggregates (suite.stats.aggregate): the stratified bootstrap as
-rliable computes it (runs resampled within each task, tasks fixed; percentile intervals), widened
-for few runs per task. The point estimates are rliable's; only the interval differs.
+"""Intervals of the cross-task aggregates (across_tasks.py): the stratified bootstrap as rliable
+computes it (runs resampled within each task, tasks fixed; percentile intervals), widened for few
+runs per task. The point estimates are rliable's; only the interval differs.
 
 Why widen: a task's bootstrap variance is low by (n-1)/n, and from 5 tasks x 3 runs the variance
 is itself uncertain, so rliable's percentile intervals are too narrow at the run counts a study
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from suite.stats.design import stacked_widening
-from suite.stats.failure_rate import least_share
+from suite.stats.estimates import least_share
 
 CONFIDENCE = 0.95
 ALPHA = 1 - CONFIDENCE

@@ -1,7 +1,7 @@
 """Leaderboard entries to normalised runs, one task at a time: the scale each task is read on (0 =
 the best constant prediction, 1 = the comparable reported median of that size, else a perfect
 score or the raw score), the entries a group contributes per task, and the strata the aggregate
-resamples within (suite/stats/aggregate.py)."""
+resamples within (across_tasks.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from suite.errors import SuiteError
-from suite.stats.comparability import rank_group_key
-from suite.study.records import is_run
+from suite.stats.compare import rank_group_key
+from suite.study.records import is_run, score
 
 Entry = dict[str, Any]
 
@@ -117,8 +117,8 @@ def run_scores(
             if not is_run(r):
                 continue
             failed += bool(r.get("failed"))
-            s = r.get("score")
-            if s is None or not math.isfinite(s):
+            s = score(r)
+            if not math.isfinite(s):
                 diverged += 1
                 s = floor
             if s is not None:

@@ -1,5 +1,5 @@
-"""The unit of every comparison: one (size, setting) block (DESIGN.md s4: never pool sizes or
-settings), and whether two studies' scores are comparable at all.
+"""The unit of every comparison: one (size, setting) block (docs/design.md, The unit of a
+statistic: never pool sizes or settings), and whether two studies' scores are comparable at all.
 
 Settings are matched on the hyperparameters that vary within a group of runs (a study, or a recipe
 of one study); those constant within every group but different between them are the thing being
@@ -15,8 +15,8 @@ from typing import Any
 
 from suite.config.task import higher_is_better
 from suite.errors import SuiteError
+from suite.study.records import TrialRecord
 
-Record = dict[str, Any]
 Block = tuple[str, str]  # (size, setting) as JSON, so that they hash and compare by value
 _MISSING = object()
 
@@ -77,7 +77,7 @@ def check_studies(info_a: dict[str, Any], info_b: dict[str, Any]) -> None:
             raise _refuse(f"data_origin.{key}", origin_a[key], origin_b[key])
 
 
-def check_records(a: Sequence[Record], b: Sequence[Record]) -> None:
+def check_records(a: Sequence[TrialRecord], b: Sequence[TrialRecord]) -> None:
     """The same refusal from the runs' own fields (task, metric, evaluation split and set)."""
     for field in RECORD_FIELDS:
         va = {json.dumps(r.get(field), sort_keys=True) for r in a}
@@ -86,7 +86,7 @@ def check_records(a: Sequence[Record], b: Sequence[Record]) -> None:
             raise _refuse(field, json.loads(min(va)), json.loads(min(vb)))
 
 
-def direction(*sides: Sequence[Record]) -> bool:
+def direction(*sides: Sequence[TrialRecord]) -> bool:
     """Whether a higher score is better, from the runs' metric (never a user's setting); the runs
     compared share one metric (`check_records`)."""
     names = sorted({r["metric"] for side in sides for r in side if r.get("metric")})
@@ -100,20 +100,20 @@ def ahead(b_minus_a: float, higher: bool) -> str | None:
     return "B" if (b_minus_a > 0) == higher else "A"
 
 
-def _values(group: Sequence[Record], key: str) -> set[str]:
+def _values(group: Sequence[TrialRecord], key: str) -> set[str]:
     return {json.dumps((r.get("hparams") or {}).get(key, "(unset)"), sort_keys=True) for r in group}
 
 
-def _keys(groups: Sequence[Sequence[Record]]) -> list[str]:
+def _keys(groups: Sequence[Sequence[TrialRecord]]) -> list[str]:
     return sorted({k for g in groups for r in g for k in (r.get("hparams") or {})})
 
 
-def varying(groups: Sequence[Sequence[Record]]) -> list[str]:
+def varying(groups: Sequence[Sequence[TrialRecord]]) -> list[str]:
     """Hyperparameters that vary within at least one group: what a block is matched on."""
     return [k for k in _keys(groups) if any(len(_values(g, k)) > 1 for g in groups)]
 
 
-def differing(groups: Sequence[Sequence[Record]]) -> dict[str, list[Any]]:
+def differing(groups: Sequence[Sequence[TrialRecord]]) -> dict[str, list[Any]]:
     """Hyperparameters constant within every group but not the same in all: what is compared."""
     out = {}
     for k in _keys(groups):
@@ -123,7 +123,7 @@ def differing(groups: Sequence[Sequence[Record]]) -> dict[str, list[Any]]:
     return out
 
 
-def block_of(r: Record, keys: Sequence[str]) -> Block:
+def block_of(r: TrialRecord, keys: Sequence[str]) -> Block:
     hparams = r.get("hparams") or {}
     setting = {k: hparams.get(k, "(unset)") for k in keys}
     return json.dumps(r.get("size")), json.dumps(setting, sort_keys=True)
@@ -134,9 +134,9 @@ def _order(block: Block) -> tuple:
     return (0, size, "") if isinstance(size, int | float) else (1, 0, str(size)), block[1]
 
 
-def split(records: Sequence[Record], keys: Sequence[str]) -> dict[Block, list[Record]]:
+def split(records: Sequence[TrialRecord], keys: Sequence[str]) -> dict[Block, list[TrialRecord]]:
     """Runs by (size, setting on `keys`), sizes ascending (full last)."""
-    out: dict[Block, list[Record]] = {}
+    out: dict[Block, list[TrialRecord]] = {}
     for r in records:
         out.setdefault(block_of(r, keys), []).append(r)
     return {b: out[b] for b in sorted(out, key=_order)}

@@ -1,5 +1,5 @@
-"""Whether a reported number can be compared with one leaderboard entry (DESIGN.md section 5),
-and which entries may be ranked together.
+"""Whether a reported number can be compared with one leaderboard entry (docs/comparisons.md,
+Comparing with reported numbers), and which entries may be ranked together.
 
 A published number is *comparable* only when the model checkpoint, the training size (none
 stated = the full training set), the split and evaluation set, the metric, the head and the

@@ -1,11 +1,11 @@
 """The field's verdicts on B against A within one (size, setting) block, beside `compare`'s tests:
 
 - the Multi-Bootstrap difference (Sellam et al. 2022): seeds and evaluation examples resampled
-  together, paired when both sides ran the same seeds (suite/stats/multibootstrap.py);
+  together, paired when both sides ran the same seeds (suite/stats/compare/multi_bootstrap.py);
 - the probability that one outperforms the other with its interval, the three-way verdict and the
-  runs per arm Noether's formula asks for (Bouthillier et al. 2021; suite/stats/outperform.py);
+  runs per arm Noether's formula asks for (Bouthillier et al. 2021; suite/stats/compare/outperform.py);
 - almost stochastic order's epsilon_min and its verdict at tau 0.2 (Dror et al. 2019; Ulmer et al.
-  2022; suite/stats/aso.py).
+  2022; suite/stats/compare/stochastic_order.py).
 
 Each says when the runs are too few to decide, and how many it needs.
 """
@@ -14,16 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite.stats.aso import aso
-from suite.stats.aso import describe as describe_aso
-from suite.stats.multibootstrap import multibootstrap
-from suite.stats.outperform import describe as describe_outperform
-from suite.stats.outperform import probability_of_outperforming
-from suite.stats.paired import pair_up
-from suite.study.records import runs
-
-Record = dict[str, Any]
-
+from suite.stats.compare.multi_bootstrap import multibootstrap
+from suite.stats.compare.outperform import describe as describe_outperform
+from suite.stats.compare.outperform import probability_of_outperforming
+from suite.stats.compare.stochastic_order import aso
+from suite.stats.compare.stochastic_order import describe as describe_aso
+from suite.stats.decide import pair_up
+from suite.study.records import TrialRecord, runs
 
 # The fewest seed units a resampled difference needs before its interval means anything: the
 # suite's exact tests decide from 6 seed pairs (2 / 2^6 = 0.031) or 4 runs per arm (2 / C(8, 4)).
@@ -31,8 +28,8 @@ MIN_PAIRS, MIN_RUNS = 6, 4
 
 
 def verdicts(
-    a: list[Record],
-    b: list[Record],
+    a: list[TrialRecord],
+    b: list[TrialRecord],
     seed: int = 0,
     higher_is_better: bool = True,
     num_labels: int | None = None,
@@ -51,7 +48,7 @@ def verdicts(
     }
 
 
-def _too_few(a: list[Record], b: list[Record]) -> dict[str, Any] | None:
+def _too_few(a: list[TrialRecord], b: list[TrialRecord]) -> dict[str, Any] | None:
     """Below the floor a bootstrap of 2 or 3 seed units gives a zero-width interval and p = 1/nboot.
     Paired (every run has a partner with the same seeds, as the Multi-Bootstrap pairs): pairs count."""
     ra, rb = runs(a), runs(b)

@@ -11,15 +11,15 @@ from typing import Any
 from statsmodels.stats.multitest import multipletests
 
 from suite.errors import SuiteError
-from suite.stats.blocks import ahead
-from suite.stats.compare import compare
+from suite.stats.compare.blocks import ahead
+from suite.stats.compare.studies import compare
+from suite.study.records import TrialRecord
 
-Record = dict[str, Any]
 ALPHA = 0.05
 
 
 def compare_matrix(
-    studies: list[tuple[str, list[Record]]],
+    studies: list[tuple[str, list[TrialRecord]]],
     seed: int = 0,
     size: str | None = None,
     setting: dict | None = None,

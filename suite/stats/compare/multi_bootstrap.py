@@ -20,7 +20,7 @@ improvement.
 reference prints the replicates' mean instead, kept here as `bootstrap_mean`.
 
 Where this goes beyond the reference, and why:
-- Seed units follow the suite's seed design (suite.stats.uncertainty.layout), not one `seed`
+- Seed units follow the suite's seed design (suite.stats.design.layout), not one `seed`
   column: independent runs are the units (the reference exactly); on a crossed init x order grid a
   replicate draws init seeds (rows) and order seeds (columns) and keeps every cell of the drawn
   rows x columns (never cells one by one: cells of a row share its init effect); subsample seeds
@@ -73,12 +73,11 @@ from typing import Any
 
 import numpy as np
 
-from suite.stats.example_metrics import PerExample, per_example_scores
-from suite.stats.paired import pair_up
-from suite.stats.uncertainty import Layout, layout
-from suite.study.records import is_run
+from suite.stats.decide import pair_up
+from suite.stats.design import Layout, layout
+from suite.stats.estimates import PerExample, per_example_scores
+from suite.study.records import TrialRecord, runs, scored
 
-Record = dict[str, Any]
 METHOD = (
     "Multi-Bootstrap (Sellam et al. 2022): seed units and dev examples resampled jointly, one example "
     "draw shared by both arms; percentile interval"
@@ -211,11 +210,7 @@ def summarise(
 # ---------------------------------------------------------------------------------------------
 
 
-def _usable(records: Sequence[Record]) -> list[Record]:
-    return [r for r in records if is_run(r) and r.get("score") is not None and np.isfinite(r["score"])]
-
-
-def _stored(records: Sequence[Record], metric: str) -> np.ndarray:
+def _stored(records: Sequence[TrialRecord], metric: str) -> np.ndarray:
     """The runs' stored score for `metric` (the main score, or the final epoch's other metrics)."""
     found = [
         r["score"] if metric == r.get("metric", metric) else (r.get("scores") or {}).get(metric)
@@ -226,7 +221,7 @@ def _stored(records: Sequence[Record], metric: str) -> np.ndarray:
     return np.array(found, dtype=float)
 
 
-def _metric_of(records: Sequence[Record], metric: str | None) -> str:
+def _metric_of(records: Sequence[TrialRecord], metric: str | None) -> str:
     if metric:
         return metric
     named = {r["metric"] for r in records if r.get("metric")}
@@ -245,8 +240,8 @@ def _scores_for(pe: PerExample | None, stored: np.ndarray, idx: np.ndarray | Non
 
 
 def multibootstrap_replicates(
-    a: Sequence[Record],
-    b: Sequence[Record] | None = None,
+    a: Sequence[TrialRecord],
+    b: Sequence[TrialRecord] | None = None,
     nboot: int = 1000,
     seed: int = 0,
     paired: bool | None = None,
@@ -255,7 +250,7 @@ def multibootstrap_replicates(
 ) -> dict[str, Any]:
     """The replicates themselves: `replicates` (nboot, 2) of (A, B) (B's column NaN when b is None),
     `observed` (A, B) on the full data, and what was resampled. See `multibootstrap`."""
-    a_runs, b_runs = _usable(a), _usable(b) if b is not None else []
+    a_runs, b_runs = scored(runs(a)), scored(runs(b)) if b is not None else []
     metric = _metric_of([*a_runs, *b_runs], metric)
     notes: list[str] = []
     pairs = pair_up(a_runs, b_runs) if b is not None else []
@@ -272,12 +267,12 @@ def multibootstrap_replicates(
     if not a_runs or (b is not None and not b_runs):
         raise ValueError("a side has no scored runs")
 
-    runs = [*a_runs, *b_runs]
-    found = per_example_scores(runs, metric, num_labels)
+    both = [*a_runs, *b_runs]
+    found = per_example_scores(both, metric, num_labels)
     pe = found if isinstance(found, PerExample) else None
     if pe is None:
         notes.append(f"{found}: {SEEDS_ONLY}")
-    stored = _stored(runs, metric) if pe is None else pe.scores(np.ones((1, pe.n)))[0]
+    stored = _stored(both, metric) if pe is None else pe.scores(np.ones((1, pe.n)))[0]
 
     if paired:
         units = [Units.of([r.get("seeds") for r in a_runs])]
@@ -325,8 +320,8 @@ def _unit_text(found: dict[str, Any], two: bool) -> str:
 
 
 def multibootstrap(
-    a: Sequence[Record],
-    b: Sequence[Record] | None = None,
+    a: Sequence[TrialRecord],
+    b: Sequence[TrialRecord] | None = None,
     nboot: int = 1000,
     seed: int = 0,
     paired: bool | None = None,

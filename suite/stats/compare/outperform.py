@@ -2,7 +2,7 @@
 machine learning benchmarks"), with its percentile-bootstrap interval, the three-way verdict and the
 runs per arm Noether's formula asks for.
 
-P(A > B): over runs paired by their seeds (suite.stats.paired.pair_up), the share of pairs where A
+P(A > B): over runs paired by their seeds (suite.stats.decide.pair_up), the share of pairs where A
 scored higher; unpaired, the share of all (A run, B run) pairs (the Mann-Whitney U / AUC form). Ties
 count 1/2 either way, so P(B > A) = 1 - P(A > B) exactly. The two are different quantities when the
 seeds move both arms alike: pairing cancels the shared seed effect (a_i - b_i = delta + noise), the
@@ -11,13 +11,13 @@ lower-is-better metric's scores are negated first.
 
 Interval: percentile bootstrap at 1 - alpha (two-sided), resampling the pairs, or each arm on its own
 when unpaired. Runs that share seeds across runs (a crossed init x order grid, several subsample
-seeds) are resampled by their seed design (suite.stats.uncertainty.resample), never cell by cell.
+seeds) are resampled by their seed design (suite.stats.design.resample), never cell by cell.
 Verdict (gamma = 0.75): "not significant" when the interval holds 0.5; "significant, not meaningful"
 when it lies above 0.5 but its upper bound is <= gamma; "significant and meaningful" when its upper
 bound is > gamma. The same rules read on P(B > A) = 1 - P(A > B) when the interval lies below 0.5;
 `better` names the side.
 
-Small-n honesty (suite.stats.decidable): below 6 pairs only unanimous pairs can be significant, and
+Small-n honesty (suite.stats.decide): below 6 pairs only unanimous pairs can be significant, and
 all n pairs fall one way by chance with probability 2 / 2^n > 0.05 (the signed-rank bound); unpaired,
 the bound is the exact Mann-Whitney's 2 / C(m + n, m) (4 runs per arm). Below these the verdict is
 "cannot decide with n ...; needs at least m" and no interval is given.
@@ -47,11 +47,11 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from suite.stats import decidable as dc
-from suite.stats.paired import finite_scores, oriented, pair_up, score
-from suite.stats.uncertainty import layout, resample
+from suite.stats.decide import decidable as dc
+from suite.stats.decide import oriented, pair_up
+from suite.stats.design import exchangeable, layout, resample
+from suite.study.records import TrialRecord, finite_scores, score
 
-Record = dict[str, Any]
 GAMMA = 0.75
 ALPHA = 0.05
 BETA = 0.05
@@ -122,16 +122,15 @@ def classify(lower: float, upper: float, gamma: float = GAMMA) -> tuple[str, str
     return NOT_SIGNIFICANT, None
 
 
-def _exchangeable(records: Sequence[Record]) -> bool:
-    lay = layout(records)
-    return lay.design == "independent" and lay.grid.shape[0] == 1
-
-
 def _design_replicates(
-    a: Sequence[Record], b: Sequence[Record], pairs: list | None, nboot: int, rng: np.random.Generator
+    a: Sequence[TrialRecord],
+    b: Sequence[TrialRecord],
+    pairs: list | None,
+    nboot: int,
+    rng: np.random.Generator,
 ) -> np.ndarray:
-    """Replicates for runs that share seeds: the seed units are resampled (suite.stats.uncertainty),
-    the pairs' wins (paired) or each arm's runs (unpaired) ride along with their seeds."""
+    """Replicates for runs that share seeds: the seed units are resampled (suite.stats.design), the
+    pairs' wins (paired) or each arm's runs (unpaired) ride along with their seeds."""
     if pairs is not None:
         won = [{"seeds": ra["seeds"], "score": float(wins(score(ra), score(rb)))} for ra, rb in pairs]
         g = resample(layout(won), nboot, rng).reshape(nboot, -1)
@@ -157,8 +156,8 @@ def _floor(paired: bool, n_a: int, n_b: int) -> dict[str, Any]:
 
 
 def probability_of_outperforming(
-    a: Sequence[Record] | np.ndarray,
-    b: Sequence[Record] | np.ndarray,
+    a: Sequence[TrialRecord] | np.ndarray,
+    b: Sequence[TrialRecord] | np.ndarray,
     nboot: int = NBOOT,
     seed: int = 0,
     gamma: float = GAMMA,
@@ -237,9 +236,9 @@ def probability_of_outperforming(
     if not records:
         shared_seeds = False
     elif is_paired:
-        shared_seeds = not _exchangeable([ra for ra, _ in pairs])
+        shared_seeds = not exchangeable([ra for ra, _ in pairs])
     else:
-        shared_seeds = not (_exchangeable(a) and _exchangeable(b))
+        shared_seeds = not (exchangeable(a) and exchangeable(b))
     if shared_seeds:
         reps = _design_replicates(a, b, pairs, nboot, rng)
         reps = reps[np.isfinite(reps)]

@@ -1,11 +1,11 @@
 """The recipe table: the recipes of one study side by side, in the shape of Mosbach et al. 2021
 Table 1 and Zhang et al. 2021 Table 2, each against a reference recipe, per (size, setting): a
 recipe that itself spans several settings (recipes on a grid) gives one row per setting, never a
-pooled one (suite.stats.blocks; the hyperparameters a recipe sets are what is compared).
+pooled one (blocks.py; the hyperparameters a recipe sets are what is compared).
 
 Per recipe (failed runs scored, as the papers count them; a diverged run has no score): the
 failure rate, median, IQR and std with design-bootstrap intervals (over seed units).
-Against the reference, all across seeds, through the tests of `suite compare` (suite.stats.compare):
+Against the reference, all across seeds, through the tests of `suite compare` (studies.py):
 - failure rate: the difference and Fisher's exact test (independent runs; on a crossed grid the
   seed-unit test), and the power Fisher's test had, at these run counts, to detect a recipe that
   halves the reference's failure rate (exact, by enumeration);
@@ -26,36 +26,35 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+import suite.stats.compare.blocks as bk
 from suite.errors import SuiteError
-from suite.stats import blocks as bk
-from suite.stats.compare import exchangeable, failure_test, hodges_lehmann, paired, scored_values, spread_test
-from suite.stats.decidable import text
-from suite.stats.paired import unpaired_units
-from suite.stats.uncertainty import intervals
-from suite.study.records import outcome, runs
+from suite.stats.compare.studies import failure_test, hodges_lehmann, paired, spread_test
+from suite.stats.decide import text, unpaired_units
+from suite.stats.design import exchangeable
+from suite.stats.estimates import intervals
+from suite.study.records import TrialRecord, finite_scores, outcome, runs
 
 ALPHA = 0.05
-Record = dict[str, Any]
 
 
-def recipe_of(record: Record) -> str | None:
+def recipe_of(record: TrialRecord) -> str | None:
     return (record.get("hparams") or {}).get("recipe")
 
 
-def _by_recipe(records: list[Record]) -> dict[str, list[Record]]:
-    out: dict[str, list[Record]] = {}
+def _by_recipe(records: list[TrialRecord]) -> dict[str, list[TrialRecord]]:
+    out: dict[str, list[TrialRecord]] = {}
     for r in runs(records):
         if (name := recipe_of(r)) is not None:
             out.setdefault(name, []).append(r)
     return out
 
 
-def recipe_groups(records: list[Record]) -> dict[bk.Block, dict[str, list[Record]]]:
+def recipe_groups(records: list[TrialRecord]) -> dict[bk.Block, dict[str, list[TrialRecord]]]:
     """(size, setting) -> recipe -> runs; settings matched on what varies within a recipe, recipes
     in the order they first appear (the sweep's order), sizes ascending."""
     by_recipe = _by_recipe(records)
     keys = bk.varying(list(by_recipe.values()))
-    out: dict[bk.Block, dict[str, list[Record]]] = defaultdict(dict)
+    out: dict[bk.Block, dict[str, list[TrialRecord]]] = defaultdict(dict)
     for block, members in bk.split([r for side in by_recipe.values() for r in side], keys).items():
         for name in by_recipe:
             if chosen := [r for r in members if recipe_of(r) == name]:
@@ -80,7 +79,7 @@ def fisher_power(p1: float, p2: float, n1: int, n2: int, alpha: float = ALPHA) -
     return float((np.outer(b1, b2) * _fisher_rejects(n1, n2, alpha)).sum())
 
 
-def failures(reference: list[Record], other: list[Record]) -> dict[str, Any]:
+def failures(reference: list[TrialRecord], other: list[TrialRecord]) -> dict[str, Any]:
     """The failure test of `suite compare`, with the power Fisher's test had to see a halving."""
     found = failure_test(reference, other)
     f1, n1 = sum(outcome(r) == "failed" for r in reference), len(reference)
@@ -91,14 +90,14 @@ def failures(reference: list[Record], other: list[Record]) -> dict[str, Any]:
     return found
 
 
-def shift(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, Any]:
+def shift(a: list[TrialRecord], b: list[TrialRecord], seed: int = 0) -> dict[str, Any]:
     """Median shift B - A with its 95% interval: paired by seeds where an interval exists that way,
     else unpaired (Hodges-Lehmann for independent runs, the seed-unit mean difference else)."""
     pair = paired(a, b, seed)
     if pair is not None and (pair["shift"]["ci95"] is not None or not exchangeable(a)):
         return pair["shift"] | {"paired": True}
     if exchangeable(a) and exchangeable(b):
-        return hodges_lehmann(scored_values(a), scored_values(b)) | {"paired": False}
+        return hodges_lehmann(finite_scores(a), finite_scores(b)) | {"paired": False}
     found = unpaired_units(a, b)
     return {k: found.get(k) for k in ("estimate", "ci95", "unit", "method", "note")} | {"paired": False}
 
@@ -116,7 +115,7 @@ def _row(name: str, side: list[dict[str, Any]], seed: int, resamples: int) -> di
 
 
 def recipe_table(
-    records: list[Record],
+    records: list[TrialRecord],
     reference: str | None = None,
     seed: int = 0,
     resamples: int = 1000,
@@ -152,7 +151,7 @@ def recipe_table(
 
 
 def _table(
-    block: bk.Block, by_recipe: dict[str, list[Record]], refs: dict[str, str], seed: int, resamples: int
+    block: bk.Block, by_recipe: dict[str, list[TrialRecord]], refs: dict[str, str], seed: int, resamples: int
 ) -> dict:
     rows, missing = [], []
     for name, side in by_recipe.items():
@@ -173,9 +172,9 @@ def _table(
     }
 
 
-def _versus(base: list[Record], side: list[Record], row: dict, seed: int) -> dict:
-    xa = scored_values(base)
-    scored = xa.size >= 2 and scored_values(side).size >= 2
+def _versus(base: list[TrialRecord], side: list[TrialRecord], row: dict, seed: int) -> dict:
+    xa = finite_scores(base)
+    scored = xa.size >= 2 and finite_scores(side).size >= 2
     std_a = float(np.std(xa, ddof=1)) if xa.size >= 2 else None
     found = failures(base, side)
     return {

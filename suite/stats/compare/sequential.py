@@ -1,5 +1,6 @@
-"""Sequential stopping (issue 20): add seeds in rounds until the answer is precise enough
-(`suite run --until-halfwidth`) or decided (`--until-decided`), within a budget of runs.
+"""Sequential stopping (docs/guarantees.md, Stop when the answer is precise enough): add seeds in
+rounds until the answer is precise enough (`suite run --until-halfwidth`) or decided
+(`--until-decided`), within a budget of runs.
 
 Looks: the runs per entry at which the rule looks, `looks(start, max_runs)`: x1.5 each round
 (3, 5, 8, 12, 18, 27, 30). A half-width shrinks as 1/sqrt(n), so a round narrows it by ~18%
@@ -46,14 +47,12 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from suite.stats.blocks import ahead
-from suite.stats.compare import exchangeable
-from suite.stats.exact import _signed_rank_cdf, _u_cdf
-from suite.stats.paired import differences, pair_up, score, unit_grid, unit_t, welch_t
-from suite.stats.uncertainty import intervals
-from suite.study.records import runs
+from suite.stats.compare.blocks import ahead
+from suite.stats.decide import differences, moses_k, pair_up, signed_rank_k, unit_grid, unit_t, welch_t
+from suite.stats.design import exchangeable
+from suite.stats.estimates import intervals
+from suite.study.records import TrialRecord, finite_scores, runs, score
 
-Record = dict[str, Any]
 ALPHA = 0.05
 GROWTH = 1.5  # runs per entry grow x1.5 a look: the half-width shrinks ~18% a round
 CONFIRMING = 3  # runs an earlier sample needs to confirm a width: 2 runs' interval is one distance
@@ -80,7 +79,7 @@ def looks(start: int, max_runs: int) -> list[int]:
 # --- precise enough ----------------------------------------------------------------------------
 
 
-def halfwidth(records: Sequence[Record], resamples: int = 2000, seed: int = 0) -> float | None:
+def halfwidth(records: Sequence[TrialRecord], resamples: int = 2000, seed: int = 0) -> float | None:
     """Half-width of the median's 95% interval of ONE entry's runs, on the score's scale: the
     interval the leaderboard shows (`summarize`: errored and pruned trials are not runs, failed
     runs count as scored). None when there is no interval (under 2 runs, or few runs all alike)."""
@@ -115,7 +114,7 @@ def _shrink(n: int) -> float:  # a half-width of earlier_look(n) runs, scaled to
 
 
 def precise_enough(
-    groups: Sequence[Sequence[Record]],
+    groups: Sequence[Sequence[TrialRecord]],
     target: float,
     max_runs: int = 30,
     resamples: int = 2000,
@@ -166,14 +165,6 @@ def look_alpha(n_looks: int, alpha: float = ALPHA) -> float:
     return alpha / max(n_looks, 1)
 
 
-def _moses_k(m: int, n: int, alpha: float) -> int:
-    """`exact.moses_k` at level 1 - alpha: the largest k with P(U <= k - 1) <= alpha / 2."""
-    if max(m, n) <= 60:
-        return int(np.searchsorted(_u_cdf(m, n), alpha / 2, side="right"))
-    z = stats.norm.ppf(1 - alpha / 2)
-    return int(np.floor(m * n / 2 - z * np.sqrt(m * n * (m + n + 1) / 12) + 0.5))
-
-
 def _kth(ordered: np.ndarray, k: int) -> np.ndarray:
     """(..., 2): the k-th smallest and k-th largest along the last axis; NaN when k < 1."""
     if k < 1:
@@ -186,7 +177,7 @@ def moses_ci(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray, np
     1 - alpha, (..., 2), NaN where these run counts allow none (`exact.moses_interval` at any level)."""
     m, n = x.shape[-1], y.shape[-1]
     d = np.sort((y[..., None, :] - x[..., :, None]).reshape(*x.shape[:-1], m * n), axis=-1)
-    k = _moses_k(m, n, alpha)
+    k = moses_k(m, n, alpha)
     return np.median(d, axis=-1), _kth(d, k)
 
 
@@ -196,7 +187,7 @@ def walsh_ci(d: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     n = d.shape[-1]
     i, j = np.triu_indices(n)
     walsh = np.sort((d[..., i] + d[..., j]) / 2, axis=-1)
-    k = int(np.searchsorted(_signed_rank_cdf(n), alpha / 2, side="right"))
+    k = signed_rank_k(n, alpha)
     return np.median(walsh, axis=-1), _kth(walsh, k)
 
 
@@ -225,7 +216,9 @@ def _t_ci(found: tuple[np.ndarray, ...] | None, alpha: float) -> tuple[float | N
     return estimate, [estimate - half, estimate + half]
 
 
-def shift_interval(a: Sequence[Record], b: Sequence[Record], alpha: float = ALPHA) -> dict[str, Any]:
+def shift_interval(
+    a: Sequence[TrialRecord], b: Sequence[TrialRecord], alpha: float = ALPHA
+) -> dict[str, Any]:
     """B - A with its interval at level 1 - alpha, chosen as `recipes.shift` (what `suite compare`
     and the recipe table print) chooses at 95%: runs with the same seeds paired (independent pairs:
     paired Hodges-Lehmann, exact signed-rank interval; pairs sharing seeds on a grid or across
@@ -245,7 +238,7 @@ def shift_interval(a: Sequence[Record], b: Sequence[Record], alpha: float = ALPH
         if np.isfinite(ci[0]) or not (exchangeable(a) and exchangeable(b)):
             return _shift(float(estimate), _listed(ci), True, "paired Hodges-Lehmann, exact signed-rank")
     if exchangeable(a) and exchangeable(b):
-        xa, xb = (np.array([s for r in side if np.isfinite(s := score(r))]) for side in (a, b))
+        xa, xb = finite_scores(a), finite_scores(b)
         if min(xa.size, xb.size) < 1:
             return _shift(None, None, False, "Hodges-Lehmann, exact Moses")
         estimate, ci = moses_ci(xa, xb, alpha)
@@ -264,8 +257,8 @@ def _shift(estimate: float | None, ci: list[float] | None, paired: bool, method:
 
 
 def decided(
-    a: Sequence[Record],
-    b: Sequence[Record],
+    a: Sequence[TrialRecord],
+    b: Sequence[TrialRecord],
     look: int,
     n_looks: int,
     alpha: float = ALPHA,

@@ -47,9 +47,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from suite.stats.paired import finite_scores, oriented
+from suite.stats.decide import oriented
+from suite.study.records import TrialRecord, finite_scores
 
-Record = dict[str, Any]
 TAU = 0.2
 CONFIDENCE = 0.95
 NBOOT = 1000
@@ -150,8 +150,8 @@ def epsilon_min(
 
 
 def aso(
-    a: Sequence[Record] | np.ndarray,
-    b: Sequence[Record] | np.ndarray,
+    a: Sequence[TrialRecord] | np.ndarray,
+    b: Sequence[TrialRecord] | np.ndarray,
     tau: float = TAU,
     confidence: float = CONFIDENCE,
     comparisons: int = 1,

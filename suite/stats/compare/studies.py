@@ -1,15 +1,15 @@
 """`suite compare RUN_A RUN_B`: two studies side by side, per shared (size, setting) block.
 
 All across seeds (runs), never across the examples of one dev set, and never pooled over sizes or
-settings (suite.stats.blocks). Within a block:
+settings (blocks.py). Within a block:
 - independent runs of one subsample on both sides (exchangeable under "no effect"): Mann-Whitney,
   a permutation test of the difference in medians, the Hodges-Lehmann shift with its Moses 95%
   interval, Brown-Forsythe's spread statistic by permutation, Fisher's exact test on failures;
 - runs that share seeds (a crossed init x order grid, several subsample seeds): the difference in
-  means tested on seed units (suite.stats.paired), for scores and failures; no spread test;
+  means tested on seed units (suite.stats.decide, paired.py), for scores and failures; no spread test;
 - paired, when both studies ran the same seeds: the Wilcoxon signed-rank test on independent pairs,
   else the seed-unit test on the paired differences (the seeds' shared effects cancel).
-Every test knows its smallest attainable p at its n (suite.stats.decidable) and says "cannot decide"
+Every test knows its smallest attainable p at its n (suite.stats.decide) and says "cannot decide"
 instead of printing a p it could never get below 0.05.
 """
 
@@ -23,21 +23,19 @@ from typing import Any
 
 import numpy as np
 
+import suite.stats.compare.blocks as bk
 from suite.errors import SuiteError
-from suite.stats import blocks as bk
-from suite.stats import decidable as dc
-from suite.stats import exact
-from suite.stats.paired import failed, pair_up, paired_units, score, unpaired_units
-from suite.stats.summary import spread
-from suite.stats.uncertainty import intervals, layout, wilson
-from suite.stats.verdicts import verdict_lines, verdicts
-from suite.study.records import load_run, outcome, runs
+from suite.stats.compare.field_verdicts import verdict_lines, verdicts
+from suite.stats.decide import decidable as dc
+from suite.stats.decide import exact, failed, pair_up, paired_units, unpaired_units
+from suite.stats.design import exchangeable
+from suite.stats.estimates import intervals, spread, wilson
+from suite.study.records import TrialRecord, finite_scores, load_run, outcome, runs, score
 
-Record = dict[str, Any]
 MATCHED_ON = "seeds, size and setting"
 
 
-def load_records(run_dir: Path) -> tuple[dict[str, Any], list[Record]]:
+def load_records(run_dir: Path) -> tuple[dict[str, Any], list[TrialRecord]]:
     """The (info, runs) of a run folder's own study; errored and pruned trials are not runs."""
     info, records = load_run(run_dir)
     if not runs(records):
@@ -52,16 +50,6 @@ def class_count(info: dict[str, Any]) -> int | None:
     task = info.get("task") or {}
     labels = task.get("labels")
     return len(labels) if labels and task.get("head", "classification") == "classification" else None
-
-
-def scored_values(records: list[Record]) -> np.ndarray:
-    return np.array([r["score"] for r in records if r.get("score") is not None and np.isfinite(r["score"])])
-
-
-def exchangeable(records: list[Record]) -> bool:
-    """Independent runs of one subsample: the runs themselves are the resampling unit."""
-    lay = layout(records)
-    return lay.design == "independent" and lay.grid.shape[0] == 1
 
 
 def _test(name: str, method: str, p: Any, min_p: float, runs: int, needed: int | None, unit: str) -> dict:
@@ -103,7 +91,7 @@ def hodges_lehmann(xa: np.ndarray, xb: np.ndarray) -> dict[str, Any]:
     return out
 
 
-def failure_test(a: list[Record], b: list[Record]) -> dict[str, Any]:
+def failure_test(a: list[TrialRecord], b: list[TrialRecord]) -> dict[str, Any]:
     """Fisher's exact test for independent runs; the seed-unit test on failure indicators else."""
     fa, fb = (sum(outcome(r) == "failed" for r in side) for side in (a, b))
     if fa + fb in (0, len(a) + len(b)):
@@ -122,22 +110,22 @@ def failure_test(a: list[Record], b: list[Record]) -> dict[str, Any]:
     )
 
 
-def spread_test(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, Any]:
+def spread_test(a: list[TrialRecord], b: list[TrialRecord], seed: int = 0) -> dict[str, Any]:
     """Brown-Forsythe's statistic (difference in mean absolute deviation from the median), by
     permutation; no test where runs share seeds (their deviations are not independent)."""
     if not (exchangeable(a) and exchangeable(b)):
         return _not_used("Brown-Forsythe", "no spread test: the runs share seeds")
-    xa, xb = scored_values(a), scored_values(b)
+    xa, xb = finite_scores(a), finite_scores(b)
     return _permutation_test("Brown-Forsythe (permutation)", xa, xb, exact.spread_shift, seed)
 
 
-def location_tests(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, Any]:
+def location_tests(a: list[TrialRecord], b: list[TrialRecord], seed: int = 0) -> dict[str, Any]:
     """Unpaired location: rank and permutation tests with the Hodges-Lehmann shift for independent
     runs; the difference in means on seed units else."""
     if not (exchangeable(a) and exchangeable(b)):
         mean = {"name": "t on seed units", **unpaired_units(a, b)}
         return {"mann_whitney": None, "permutation_median": None, "hodges_lehmann": None, "mean_shift": mean}
-    xa, xb = scored_values(a), scored_values(b)
+    xa, xb = finite_scores(a), finite_scores(b)
     return {
         "mann_whitney": _permutation_test("Mann-Whitney", *exact.ranked(xa, xb), exact.mean_shift, seed),
         "permutation_median": _permutation_test("permutation (medians)", xa, xb, exact.median_shift, seed),
@@ -146,7 +134,7 @@ def location_tests(a: list[Record], b: list[Record], seed: int = 0) -> dict[str,
     }
 
 
-def paired(a: list[Record], b: list[Record], seed: int = 0) -> dict[str, Any] | None:
+def paired(a: list[TrialRecord], b: list[TrialRecord], seed: int = 0) -> dict[str, Any] | None:
     """Runs matched by their seeds (within one block: same size and setting). Independent pairs: the
     Wilcoxon signed-rank test and the paired Hodges-Lehmann interval; pairs on a crossed grid or under
     several subsample seeds: the seed-unit test. None below 2 scored pairs."""
@@ -196,7 +184,7 @@ def _signed_rank(d: np.ndarray, seed: int) -> dict[str, Any]:
     return {"test": test, "shift": shift}
 
 
-def _side(records: list[Record], x: np.ndarray, seed: int) -> dict[str, Any]:
+def _side(records: list[TrialRecord], x: np.ndarray, seed: int) -> dict[str, Any]:
     fails = sum(outcome(r) == "failed" for r in records)
     median = (
         intervals(records, resamples=1000, seed=seed)["median"] if x.size else {"ci95": None, "unit": "runs"}
@@ -211,7 +199,7 @@ def _side(records: list[Record], x: np.ndarray, seed: int) -> dict[str, Any]:
 
 
 def compare_block(
-    a: list[Record], b: list[Record], seed: int = 0, num_labels: int | None = None
+    a: list[TrialRecord], b: list[TrialRecord], seed: int = 0, num_labels: int | None = None
 ) -> dict[str, Any]:
     """B against A within one (size, setting); the verdicts take the metric's direction from the
     runs' metric and the task's classes from `num_labels`. Shape: {a, b: spread + failure_rate,
@@ -219,8 +207,8 @@ def compare_block(
     failure_rate_diff; mann_whitney, permutation_median, mean_shift, brown_forsythe, failures: tests,
     each {name, method, decidable, p (None unless decidable), min_p, runs_needed, note}, or None where
     the design has no such test; hodges_lehmann {estimate, ci95, unit, method, note} or None; paired
-    (see `paired`) or None; verdicts: the field's (suite.stats.verdicts); note: why no tests}."""
-    xa, xb = scored_values(a), scored_values(b)
+    (see `paired`) or None; verdicts: the field's (field_verdicts.py); note: why no tests}."""
+    xa, xb = finite_scores(a), finite_scores(b)
     sides = {"a": _side(a, xa, seed), "b": _side(b, xb, seed)}
     out: dict[str, Any] = {
         **sides,
@@ -249,8 +237,8 @@ def compare_block(
 
 
 def compare(
-    a: list[Record],
-    b: list[Record],
+    a: list[TrialRecord],
+    b: list[TrialRecord],
     seed: int = 0,
     size: str | None = None,
     setting: dict | None = None,
@@ -287,7 +275,9 @@ def compare(
     }
 
 
-def block_runs(result: dict[str, Any], a: list[Record], b: list[Record]) -> list[tuple[str, list, list]]:
+def block_runs(
+    result: dict[str, Any], a: list[TrialRecord], b: list[TrialRecord]
+) -> list[tuple[str, list, list]]:
     """(file-name-safe block name, A's runs, B's runs) of each block of a `compare` result."""
     out = []
     for block in result["blocks"]:
@@ -297,7 +287,7 @@ def block_runs(result: dict[str, Any], a: list[Record], b: list[Record]) -> list
     return out
 
 
-def _own(r: Record, compared: dict[str, Any]) -> dict[str, Any]:
+def _own(r: TrialRecord, compared: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in (r.get("hparams") or {}).items() if k not in compared}
 
 

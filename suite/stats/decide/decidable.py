@@ -4,9 +4,9 @@ A rank or exact test has a smallest attainable p at a given n: at 3 vs 3 runs Ma
 two-sided p never goes below 0.1, so printing its p as if it could reject misleads. Every test
 the suite prints goes through `verdict`: below the level it can reach, the output is "cannot
 decide with n runs; needs at least m" and no p-value. Permutation tests take their smallest p
-from the runs themselves (suite.stats.exact.smallest_p: tied runs, or medians of an even number of runs,
-put several splits at the extreme); a t test on seed units is not bounded this way and is
-calibrated by simulation instead (suite.stats.paired).
+from the runs themselves (`exact.smallest_p`: tied runs, or medians of an even number of runs, put
+several splits at the extreme); a t test on seed units is not bounded this way and is calibrated
+by simulation instead (`paired`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ thousands in the calibration tests), and the distribution-free shift intervals.
 
 Why permutation tests: with independent runs of one setting the runs are exchangeable under "no
 effect", so a test over all C(m + n, m) splits of the pooled runs (or a random sample of them) is
-exact at any n, ties included; its smallest two-sided p is 2 / C(m + n, m) (suite.stats.decidable).
+exact at any n, ties included; its smallest two-sided p is 2 / C(m + n, m) (decidable.py).
 Brown-Forsythe's parametric F is not: with 4 runs a side it rejected 6.8% of normal and 14.5% of
 collapsing null studies, 7.4% at 8 (two middle deviations from an even-n median are always equal),
 and at 3 it never rejected; its statistic under permutation is exact (<= 5.3% measured).
@@ -20,7 +20,7 @@ from functools import cache
 import numpy as np
 from scipy import stats
 
-from suite.stats import decidable
+import suite.stats.decide.decidable as decidable
 
 ALPHA = decidable.ALPHA
 RESAMPLES = 20_000  # enumerate every split (sign pattern) up to this many, else draw this many
@@ -171,13 +171,14 @@ def _u_cdf(m: int, n: int) -> np.ndarray:
     return np.cumsum(c) / c.sum()
 
 
-def moses_k(m: int, n: int) -> int:
-    """Order of the two-sided 95% Moses interval: the k-th smallest and largest of the m x n
-    differences, the largest k with P(U <= k - 1) <= 0.025 (0: no 95% interval exists). Exact
-    distribution up to 60 runs a side, else its continuity-corrected normal approximation."""
+def moses_k(m: int, n: int, alpha: float = ALPHA) -> int:
+    """Order of the two-sided Moses interval at level 1 - alpha (95% by default): the k-th smallest
+    and largest of the m x n differences, the largest k with P(U <= k - 1) <= alpha / 2 (0: no such
+    interval exists). Exact distribution up to 60 runs a side, else its continuity-corrected
+    normal approximation."""
     if max(m, n) <= 60:
-        return int(np.searchsorted(_u_cdf(m, n), ALPHA / 2, side="right"))
-    return int(np.floor(m * n / 2 - stats.norm.ppf(1 - ALPHA / 2) * np.sqrt(m * n * (m + n + 1) / 12) + 0.5))
+        return int(np.searchsorted(_u_cdf(m, n), alpha / 2, side="right"))
+    return int(np.floor(m * n / 2 - stats.norm.ppf(1 - alpha / 2) * np.sqrt(m * n * (m + n + 1) / 12) + 0.5))
 
 
 def moses_interval(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -200,6 +201,13 @@ def _signed_rank_cdf(n: int) -> np.ndarray:
     return np.cumsum(counts) / 2.0**n
 
 
+def signed_rank_k(n: int, alpha: float = ALPHA) -> int:
+    """Order of the exact two-sided Wilcoxon signed-rank interval at level 1 - alpha (95% by
+    default) on n pairs: the k-th smallest and largest Walsh average, the largest k with
+    P(W+ <= k - 1) <= alpha / 2 (0: no such interval exists, e.g. below 6 pairs at 95%)."""
+    return int(np.searchsorted(_signed_rank_cdf(n), alpha / 2, side="right"))
+
+
 def walsh_interval(d: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """One-sample Hodges-Lehmann shift of paired differences (median of the Walsh averages) and the
     exact Wilcoxon signed-rank 95% interval (k-th smallest and largest Walsh average), (..., 2), or
@@ -207,7 +215,7 @@ def walsh_interval(d: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     n = d.shape[-1]
     i, j = np.triu_indices(n)
     walsh = np.sort((d[..., i] + d[..., j]) / 2, axis=-1)
-    k = int(np.searchsorted(_signed_rank_cdf(n), ALPHA / 2, side="right"))  # cdf(k-1) <= a/2 < cdf(k)
+    k = signed_rank_k(n)
     ci = np.stack([walsh[..., k - 1], walsh[..., walsh.shape[-1] - k]], axis=-1) if k >= 1 else None
     return np.median(walsh, axis=-1), ci
 

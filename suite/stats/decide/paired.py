@@ -1,5 +1,5 @@
-"""Tests whose unit is the seed, not the run (DESIGN.md s4), for runs that share seeds: a crossed
-init x order grid, or runs under several shared subsample seeds.
+"""Tests whose unit is the seed, not the run (docs/design.md, The unit of a statistic), for runs that
+share seeds: a crossed init x order grid, or runs under several shared subsample seeds.
 
 Why: every cell of a crossed grid shares its init effect with its row and its order effect with its
 column. When a recipe interacts with the seed (its own init and order effects), the paired
@@ -28,33 +28,20 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from suite.stats.decidable import verdict
-from suite.stats.uncertainty import layout
-from suite.study.records import outcome
+from suite.stats.decide.decidable import verdict
+from suite.stats.design import layout
+from suite.study.records import TrialRecord, outcome, score
 
-Record = dict[str, Any]
-Value = Callable[[Record], float]
+Value = Callable[[TrialRecord], float]
 METHOD = (
     "mean over seed units, variance from the seed factors' mean squares (components truncated at 0), "
     "t with the fewest df of the terms kept"
 )
 
 
-def score(r: Record) -> float:
-    s = r.get("score")
-    return float(s) if s is not None and np.isfinite(s) else np.nan
-
-
-def finite_scores(side: Sequence[Record] | np.ndarray) -> np.ndarray:
-    """The finite scores of records (or of an array of scores as given)."""
-    if isinstance(side, np.ndarray) or (len(side) and not isinstance(side[0], dict)):
-        x = np.asarray(side, dtype=float)
-    else:
-        x = np.array([score(r) for r in side], dtype=float)
-    return x[np.isfinite(x)]
-
-
-def oriented(side: Sequence[Record] | np.ndarray, higher_is_better: bool) -> Sequence[Record] | np.ndarray:
+def oriented(
+    side: Sequence[TrialRecord] | np.ndarray, higher_is_better: bool
+) -> Sequence[TrialRecord] | np.ndarray:
     """The runs with their scores negated where the metric is lower-is-better, so that a higher
     value always means a better run (for the verdicts that name the side that is ahead)."""
     if higher_is_better:
@@ -64,19 +51,19 @@ def oriented(side: Sequence[Record] | np.ndarray, higher_is_better: bool) -> Seq
     return [r if r.get("score") is None else {**r, "score": -r["score"]} for r in side]
 
 
-def failed(r: Record) -> float:
+def failed(r: TrialRecord) -> float:
     return float(outcome(r) == "failed")
 
 
-def _seed_key(r: Record) -> str | None:
+def _seed_key(r: TrialRecord) -> str | None:
     return json.dumps(r["seeds"], sort_keys=True) if r.get("seeds") is not None else None
 
 
-def pair_up(a: Sequence[Record], b: Sequence[Record]) -> list[tuple[Record, Record]]:
+def pair_up(a: Sequence[TrialRecord], b: Sequence[TrialRecord]) -> list[tuple[TrialRecord, TrialRecord]]:
     """Runs of A and B with the same seeds, in A's order; a seed set seen twice on a side has no
     unique partner and is left out."""
 
-    def index(side: Sequence[Record]) -> dict[str, Record]:
+    def index(side: Sequence[TrialRecord]) -> dict[str, TrialRecord]:
         keys = [_seed_key(r) for r in side]
         return {k: r for k, r in zip(keys, side, strict=True) if k is not None and keys.count(k) == 1}
 
@@ -84,7 +71,7 @@ def pair_up(a: Sequence[Record], b: Sequence[Record]) -> list[tuple[Record, Reco
     return [(ia[k], ib[k]) for k in ia if k in ib]
 
 
-def differences(pairs: Sequence[tuple[Record, Record]], value: Value = score) -> list[Record]:
+def differences(pairs: Sequence[tuple[TrialRecord, TrialRecord]], value: Value = score) -> list[TrialRecord]:
     """One record per pair, its seeds and value(B) - value(A) as its score (NaN when either is missing)."""
     return [{"seeds": ra["seeds"], "score": value(rb) - value(ra)} for ra, rb in pairs]
 
@@ -104,7 +91,7 @@ def _complete(g: np.ndarray) -> np.ndarray:
     return g
 
 
-def unit_grid(records: Sequence[Record], value: Value = score) -> tuple[np.ndarray, str]:
+def unit_grid(records: Sequence[TrialRecord], value: Value = score) -> tuple[np.ndarray, str]:
     """The runs' values as a complete grid over the seed factors with more than one level, and the
     unit's name. Subsample seeds that each have their own init and order seeds: their means."""
     lay = layout([{"seeds": r.get("seeds"), "score": value(r)} for r in records])
@@ -176,14 +163,14 @@ def _result(found: tuple[np.ndarray, ...] | None, cells: int, unit: str) -> dict
     return out | verdict(p, 0.0, cells, None) | {"ci95": [estimate - half, estimate + half], "df": df}
 
 
-def paired_units(pairs: Sequence[tuple[Record, Record]], value: Value = score) -> dict:
+def paired_units(pairs: Sequence[tuple[TrialRecord, TrialRecord]], value: Value = score) -> dict:
     """Mean of value(B) - value(A) over the seed-paired runs, tested on seed units."""
     g, unit = unit_grid(differences(pairs, value))
     unit = f"{g.size} seed-paired runs, {unit}"
     return _result(unit_t(g[None], g.ndim) if g.size else None, g.size, unit)
 
 
-def unpaired_units(a: Sequence[Record], b: Sequence[Record], value: Value = score) -> dict:
+def unpaired_units(a: Sequence[TrialRecord], b: Sequence[TrialRecord], value: Value = score) -> dict:
     """Mean of value over B's runs minus A's, each arm's variance from its own seed units."""
     (ga, unit_a), (gb, unit_b) = unit_grid(a, value), unit_grid(b, value)
     cells = min(ga.size, gb.size)

@@ -1,8 +1,7 @@
 """The seed design of one setting's runs: how its scores lie by seed (a crossed init x order
 grid per subsample seed, or independent runs), the bootstrap that resamples those seed units (never
 cells as if independent), and each seed axis's share of the variance of a mean, with the few-seed
-widening every design interval uses (suite.stats.uncertainty for scores, suite.stats.failure_rate
-for the failed indicator).
+widening every design interval uses (the score intervals and the failure rate's, suite.stats.estimates).
 
 Why the unit matters: on a crossed init x order grid every cell shares its init effect with its
 row and its order effect with its column. Resampling cells as if independent makes intervals far
@@ -16,14 +15,12 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy import stats
 
-from suite.study.records import outcome
+from suite.study.records import TrialRecord, finite_scores, outcome, score
 
-Record = dict[str, Any]
 Z95 = float(stats.norm.ppf(0.975))
 
 
@@ -61,23 +58,19 @@ def _is_grid(pairs: list[tuple[int, int]]) -> bool:
     )
 
 
-def _kept(r: Record, exclude_failed: bool) -> bool:
-    score = r.get("score")
-    return score is not None and bool(np.isfinite(score)) and not (exclude_failed and outcome(r) == "failed")
+def kept_scores(records: Sequence[TrialRecord], exclude_failed: bool = False) -> np.ndarray:
+    """The scores a statistic keeps: every run's that has one, failed runs' too unless excluded."""
+    return finite_scores(r for r in records if not (exclude_failed and outcome(r) == "failed"))
 
 
-def scores(records: Sequence[Record], exclude_failed: bool = False) -> np.ndarray:
-    return np.array([r["score"] for r in records if _kept(r, exclude_failed)], dtype=float)
-
-
-def layout(records: Sequence[Record], exclude_failed: bool = False) -> Layout:
+def layout(records: Sequence[TrialRecord], exclude_failed: bool = False) -> Layout:
     """Detect the seed design of ONE setting's runs and lay their scores out by seed. Records
     without seeds are independent runs of one subsample."""
     groups: dict[int, list[tuple[tuple[int, int], float]]] = defaultdict(list)
     for k, r in enumerate(records):
         seeds = r.get("seeds") or {"init": k, "order": -k - 1, "subsample": 0}
-        score = float(r["score"]) if _kept(r, exclude_failed) else np.nan
-        groups[seeds["subsample"]].append(((seeds["init"], seeds["order"]), score))
+        y = np.nan if exclude_failed and outcome(r) == "failed" else score(r)
+        groups[seeds["subsample"]].append(((seeds["init"], seeds["order"]), y))
     subs = sorted(groups) or [0]
     crossed = bool(groups) and all(_is_grid([p for p, _ in groups[s]]) for s in subs)
     if crossed:
@@ -104,16 +97,24 @@ def layout(records: Sequence[Record], exclude_failed: bool = False) -> Layout:
     return Layout("crossed" if crossed else "independent", grid, *count, shared)
 
 
+def exchangeable(records: Sequence[TrialRecord]) -> bool:
+    """Independent runs of one subsample: the runs themselves are the resampling unit (and
+    exchangeable under "no effect", so rank and permutation tests apply)."""
+    lay = layout(records)
+    return lay.design == "independent" and lay.grid.shape[0] == 1
+
+
 def _within(rng: np.random.Generator, counts: np.ndarray, width: int) -> np.ndarray:
     """Draws in [0, count) with replacement per (replicate, subsample slot); padding -> `width`."""
     draws = (rng.random((*counts.shape, width)) * counts[..., None]).astype(int)
     return np.where(np.arange(width) < counts[..., None], draws, width)
 
 
-def _draw(lay: Layout, resamples: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    """Bootstrap indices: subsample seeds, init (or run) and order seeds, each with replacement and
-    independently. Seeds shared by all subsample seeds are drawn once per replicate; otherwise
-    anew within each drawn subsample seed."""
+def draw_indices(lay: Layout, resamples: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """Bootstrap indices (s, a, c) into `pad_grids`: subsample seeds, init (or run) and order seeds,
+    each with replacement and independently. Seeds shared by all subsample seeds are drawn once per
+    replicate; otherwise anew within each drawn subsample seed (a slot past a seed's own levels
+    draws the padding)."""
     n_s, n_a, n_c = lay.grid.shape
     s = rng.integers(n_s, size=(resamples, n_s))
     if lay.shared:
@@ -121,12 +122,14 @@ def _draw(lay: Layout, resamples: int, rng: np.random.Generator) -> tuple[np.nda
     return s, _within(rng, lay.a_count[s], n_a), _within(rng, lay.c_count[s], n_c)
 
 
-def _pad(grids: np.ndarray) -> np.ndarray:  # stacked (T, S, A, C): the NaN slot `_within` pads to
+def pad_grids(grids: np.ndarray) -> np.ndarray:
+    """Stacked grids (T, S, A, C) with one NaN row and column more: the slot `draw_indices` points
+    past a subsample seed's own levels to, so that padding is never a score."""
     return np.pad(grids, ((0, 0), (0, 0), (0, 1), (0, 1)), constant_values=np.nan)
 
 
 def _padded(lay: Layout) -> np.ndarray:
-    return _pad(lay.grid[None])[0]
+    return pad_grids(lay.grid[None])[0]
 
 
 def resample(
@@ -136,24 +139,24 @@ def resample(
     combinations, never cells drawn one by one. `grids` (T, S, A, C): T studies of this layout
     (simulations), each resampled on its own draws -> (T, resamples, S, A, C)."""
     if grids is None:
-        s, a, c = _draw(lay, resamples, rng)
+        s, a, c = draw_indices(lay, resamples, rng)
         return _padded(lay)[s[:, :, None, None], a[:, :, :, None], c[:, :, None, :]]
-    s, a, c = _draw(lay, len(grids) * resamples, rng)
+    s, a, c = draw_indices(lay, len(grids) * resamples, rng)
     t = np.repeat(np.arange(len(grids)), resamples)[:, None, None, None]
-    out = _pad(grids)[t, s[:, :, None, None], a[:, :, :, None], c[:, :, None, :]]
+    out = pad_grids(grids)[t, s[:, :, None, None], a[:, :, :, None], c[:, :, None, :]]
     return out.reshape(len(grids), resamples, *out.shape[1:])
 
 
-def by_setting(records: Sequence[Record]) -> list[list[Record]]:
+def by_setting(records: Sequence[TrialRecord]) -> list[list[TrialRecord]]:
     """Runs grouped by full setting (size + every hyperparameter): statistics never pool settings."""
-    groups: dict[str, list[Record]] = defaultdict(list)
+    groups: dict[str, list[TrialRecord]] = defaultdict(list)
     for r in records:
         groups[json.dumps([r.get("size"), r.get("hparams") or {}], sort_keys=True, default=str)].append(r)
     return list(groups.values())
 
 
 def bootstrap_samples(
-    records: Sequence[Record], resamples: int = 2000, seed: int = 0, exclude_failed: bool = False
+    records: Sequence[TrialRecord], resamples: int = 2000, seed: int = 0, exclude_failed: bool = False
 ) -> tuple[np.ndarray, str, list[tuple[float, int]]]:
     """(resamples, m) resampled scores (NaN = none), the resampling unit, and the seed axes'
     terms for `widening`. Records of several settings are resampled within each setting."""

@@ -45,8 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from suite.stats.design import Layout, Record, by_setting, layout
-from suite.stats.ms_intervals import component_interval, gpq_draws, mls_interval
+from suite.stats.design import Layout, by_setting, layout
+from suite.stats.estimates.ms_intervals import component_interval, gpq_draws, mls_interval
+from suite.study.records import TrialRecord
 
 TIED = "cannot bound: the runs do not vary along this component's seeds"
 POSITIVE = "the MLS interval lay below 0: upper end from its positive mean-square terms alone"
@@ -315,7 +316,9 @@ def _add_shares(comps: dict, ms: np.ndarray, df: np.ndarray, m: Model, draws: in
     return total
 
 
-def variance_components(records: Sequence[Record], resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+def variance_components(
+    records: Sequence[TrialRecord], resamples: int = 2000, seed: int = 0
+) -> dict[str, Any]:
     """Random-effects variance components of ONE setting's scores, for the seed design it ran.
 
     Shape: {"design", "unit", "runs", "method", "model" (its random effects), "total",

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-Record = dict[str, Any]
+from suite.study.records import TrialRecord
+
 Scores = Callable[[np.ndarray], np.ndarray]  # example weights (B, n) -> per-run metric (B, R)
 
 
@@ -111,12 +112,12 @@ class PerExample:
     metric: str
 
 
-def _stack(records: Sequence[Record], field: str, dtype: Any = float) -> np.ndarray:
+def _stack(records: Sequence[TrialRecord], field: str, dtype: Any = float) -> np.ndarray:
     return np.array([r["per_example"][field] for r in records], dtype=dtype)
 
 
 def per_example_scores(
-    records: Sequence[Record], metric: str, num_labels: int | None = None
+    records: Sequence[TrialRecord], metric: str, num_labels: int | None = None
 ) -> PerExample | str:
     """The runs' metric recomputable on any reweighting of their (common) dev examples, or why not."""
     pers = [r.get("per_example") for r in records]

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from suite.model.metrics import classification_scores
+from suite.study.records import TrialRecord, finite_scores, score, scored
 
 RESAMPLES = 1000
 
@@ -43,16 +44,16 @@ def _score_fn(per_example: dict[str, list], metric: str, num_labels: int) -> Cal
 
 
 def dev_sampling_error(
-    record: dict[str, Any], metric: str, num_labels: int = 2, seed: int = 0
+    record: TrialRecord, metric: str, num_labels: int = 2, seed: int = 0
 ) -> dict[str, Any] | None:
     """The standard error and 95% interval of one run's score over resampled dev examples."""
     per_example = record.get("per_example")
-    if not per_example or record.get("score") is None:
+    if not per_example or not np.isfinite(score(record)):
         return None
-    score = _score_fn(per_example, metric, num_labels)
+    recompute = _score_fn(per_example, metric, num_labels)
     n = len(next(iter(per_example.values())))
     rng = np.random.default_rng(seed)
-    draws = np.array([score(rng.integers(0, n, n)) for _ in range(RESAMPLES)])
+    draws = np.array([recompute(rng.integers(0, n, n)) for _ in range(RESAMPLES)])
     return {
         "se": float(draws.std(ddof=1)),
         "ci95": [float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))],
@@ -61,7 +62,7 @@ def dev_sampling_error(
     }
 
 
-def correctness(record: dict[str, Any]) -> np.ndarray | None:
+def correctness(record: TrialRecord) -> np.ndarray | None:
     """0/1 per dev example: a right class, an exact-match answer, a sentence whose entities are
     all found with none extra."""
     per = record.get("per_example")
@@ -91,7 +92,7 @@ def fleiss_kappa(table: np.ndarray) -> float:
     return 1.0 if expected == 1 else float((p_example.mean() - expected) / (1 - expected))
 
 
-def agreement(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def agreement(records: Sequence[TrialRecord]) -> dict[str, Any] | None:
     """Across the runs of one setting (same dev set): flip share and Fleiss' kappa."""
     rows = [c for r in records if (c := correctness(r)) is not None]
     if len(rows) < 2 or len({len(c) for c in rows}) != 1:
@@ -109,14 +110,14 @@ def agreement(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-def eval_noise(records: Sequence[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+def eval_noise(records: Sequence[TrialRecord], metric: str) -> dict[str, Any] | None:
     """How much of the runs' variance is the dev set's sampling noise (Jordan 2024): the variance
     independent per-example outcomes with each example's correctness rate would give, over the
     observed variance of the runs' scores. Defined for scores that are means of 0/1 outcomes
     (accuracy, exact match); None for other metrics or fewer than 3 runs on one dev set."""
     if metric not in ("accuracy", "exact_match"):
         return None
-    rows = [c for r in records if (c := correctness(r)) is not None and r.get("score") is not None]
+    rows = [c for r in scored(records) if (c := correctness(r)) is not None]
     if len(rows) < 3 or len({len(c) for c in rows}) != 1:
         return None
     correct = np.vstack(rows).astype(float)  # [runs, examples]
@@ -136,11 +137,11 @@ def eval_noise(records: Sequence[dict[str, Any]], metric: str) -> dict[str, Any]
     }
 
 
-def example_summary(records: Sequence[dict[str, Any]], metric: str, num_labels: int = 2) -> dict[str, Any]:
+def example_summary(records: Sequence[TrialRecord], metric: str, num_labels: int = 2) -> dict[str, Any]:
     """Per setting: the typical dev-set sampling error of one run next to the spread across
     seeds, and the agreement of the runs, so a reader sees which of the two dominates."""
     errors = [e["se"] for r in records if (e := dev_sampling_error(r, metric, num_labels)) is not None]
-    scores = [r["score"] for r in records if r.get("score") is not None]
+    scores = finite_scores(records)
     return {
         "dev_se_median": float(np.median(errors)) if errors else None,
         "across_seeds_std": float(np.std(scores, ddof=1)) if len(scores) > 1 else None,

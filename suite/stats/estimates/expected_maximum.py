@@ -17,16 +17,9 @@ import numpy as np
 from scipy import integrate, stats
 from scipy.special import gammaln
 
-from suite.stats.uncertainty import (
-    Layout,
-    Record,
-    by_setting,
-    layout,
-    no_spread,
-    resample,
-    stacked_terms,
-    stacked_widening,
-)
+from suite.stats.design import Layout, by_setting, layout, resample, stacked_terms, stacked_widening
+from suite.stats.estimates.uncertainty import no_spread
+from suite.study.records import TrialRecord
 
 WITHOUT_REPLACEMENT = "unbiased, without replacement (Tang et al. 2020)"
 WITH_REPLACEMENT = "with replacement (Dodge et al. 2019)"
@@ -98,7 +91,7 @@ def stacked_ci(
 
 
 def expected_max(
-    scores: Sequence[float | None] | Sequence[Record],
+    scores: Sequence[float | None] | Sequence[TrialRecord],
     n_max: int | None = None,
     method: str = "auto",
     resamples: int = 1000,

@@ -29,14 +29,13 @@ from scipy import stats
 
 from suite.stats.design import (
     Layout,
-    Record,
     bootstrap_samples,
     resample,
     stacked_terms,
     stacked_widening,
     widening,
 )
-from suite.study.records import outcome
+from suite.study.records import TrialRecord, outcome
 
 ALPHA = 0.05
 METHOD = "percentile bootstrap of the failed indicator over seed units, 95%"
@@ -59,7 +58,7 @@ def wilson(failed: int, n: int) -> dict[str, Any]:
     return out
 
 
-def indicators(records: Sequence[Record]) -> list[Record]:
+def indicators(records: Sequence[TrialRecord]) -> list[TrialRecord]:
     """The runs with their failed indicator as the score, to lay out and resample like scores."""
     return [{**r, "score": float(outcome(r) == "failed")} for r in records]
 
@@ -88,7 +87,7 @@ def stacked_failure_intervals(
     return failure_ci(rate, replicates, *stacked_terms(lay, grids))
 
 
-def failure_interval(records: Sequence[Record], resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+def failure_interval(records: Sequence[TrialRecord], resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
     """{estimate, ci95, unit, method, widening} of the failure rate of runs `records` (errored and
     pruned trials are not runs), resampling the seed units of each setting as `intervals` does."""
     out: dict[str, Any] = {"estimate": None, "ci95": None, "unit": "runs", "method": METHOD, "widening": 1.0}

@@ -1,11 +1,12 @@
-"""A reported number against ours, like for like (DESIGN.md s4, "Gap to reported"): a reported
-median or mean of k runs against that statistic of k runs predicted from ours; a max of k against
-our expected max at k with an exact rank test; a single run with the same test at k = 1. Never
-against the CI of our own N-run median, which shrinks with N.
+"""A reported number against ours, like for like (docs/statistics.md, Gap to reported numbers): a
+reported median or mean of k runs against that statistic of k runs predicted from ours; a max of k
+against our expected max at k with an exact rank test; a single run with the same test at k = 1.
+Never against the CI of our own N-run median, which shrinks with N.
 
-Two honesty rules (DESIGN.md s4, small N): a rank test that cannot reach p < 0.05 in the direction
-the reported number lies says so and gives the runs it needs (suite.stats.decidable), and the sampling
-error of our evaluation subsample (`eval_sd`) widens every reference it can enter.
+Two honesty rules (docs/design.md, Intervals and small samples): a rank test that cannot reach
+p < 0.05 in the direction the reported number lies says so and gives the runs it needs
+(suite.stats.decide), and the sampling error of our evaluation subsample (`eval_sd`) widens every
+reference it can enter.
 """
 
 from __future__ import annotations
@@ -19,25 +20,23 @@ import numpy as np
 from scipy import stats
 from scipy.special import comb
 
-from suite.stats.decidable import runs_needed, verdict
-from suite.stats.expected_max import expected_max
-from suite.stats.uncertainty import (
+from suite.stats.decide import runs_needed, verdict
+from suite.stats.design import (
     Layout,
-    Record,
-    Statistic,
-    _draw,
-    _pad,
     by_setting,
+    draw_indices,
     layout,
-    no_spread,
-    reduce,
+    pad_grids,
     stacked_terms,
     stacked_widening,
 )
+from suite.stats.estimates.expected_maximum import expected_max
+from suite.stats.estimates.uncertainty import Statistic, no_spread, reduce
+from suite.study.records import TrialRecord, finite_scores
 
 
 def predictive_draws(
-    records: Sequence[Record],
+    records: Sequence[TrialRecord],
     k: int,
     statistic: Statistic,
     resamples: int = 4000,
@@ -72,7 +71,7 @@ def stacked_predictive(
     """`predictive_draws` of T studies of one layout, `grids` (T, S, A, C) -> (T, resamples)."""
     rng = np.random.default_rng(seed)
     n_t = len(grids)
-    s, a, c = _draw(lay, n_t * resamples, rng)
+    s, a, c = draw_indices(lay, n_t * resamples, rng)
     rows = np.arange(n_t * resamples)
     slot = rng.integers(s.shape[1], size=rows.size)
     sub = s[rows, slot]
@@ -81,7 +80,7 @@ def stacked_predictive(
     j = (rng.random((rows.size, k)) * lay.a_count[sub][:, None]).astype(int)
     m = (rng.random((rows.size, k)) * lay.c_count[sub][:, None]).astype(int)
     t = np.repeat(np.arange(n_t), resamples)
-    padded = _pad(grids)
+    padded = pad_grids(grids)
     values = padded[
         t[:, None], sub[:, None], np.take_along_axis(a_row, j, 1), np.take_along_axis(c_row, m, 1)
     ]
@@ -248,7 +247,7 @@ def rank_min_p(big_n: int, k: int, direction: str) -> float:
 
 
 def gap_to_reported(
-    records_or_scores: Sequence[dict[str, Any]] | Sequence[float | None],
+    records_or_scores: Sequence[TrialRecord] | Sequence[float | None],
     reported: float,
     statistic: str,
     n_runs: int | None = None,
@@ -275,7 +274,7 @@ def gap_to_reported(
     more than 1 or 3 points below it), note (why no comparison or no decision)}.
     """
     records = [r if isinstance(r, dict) else {"score": r} for r in records_or_scores]
-    x = 100.0 * np.array([r["score"] for r in records if _scored(r)], dtype=float)
+    x = 100.0 * finite_scores(records)
     k = 1 if statistic in ("single", "test_server") else n_runs
     out: dict[str, Any] = {"statistic": statistic, "k": k, "n": int(x.size), "reported": reported}
     out["eval_sd"] = float(eval_sd)
@@ -305,12 +304,8 @@ def gap_to_reported(
     return out | _rank_test(x, reported, k, eval_sd)
 
 
-def _scored(r: dict[str, Any]) -> bool:
-    return r.get("score") is not None and bool(np.isfinite(r["score"]))
-
-
 def _same_statistic(
-    records: list[dict[str, Any]],
+    records: list[TrialRecord],
     reported: float,
     statistic: str,
     k: int,

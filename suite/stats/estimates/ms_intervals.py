@@ -1,6 +1,6 @@
 """Intervals for linear combinations of independent chi-square mean squares, the form of every
-random-effects variance component (suite.stats.components): modified large-sample (MLS) intervals
-for a component, generalized pivotal quantities for any function of them (shares)."""
+random-effects variance component (components.py): modified large-sample (MLS) intervals for a
+component, generalized pivotal quantities for any function of them (shares)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 Every interval here is *across seeds/runs*: it says how much a re-run of the study would move,
 not the per-example sampling error of one run's dev score. The design-aware machinery (which
-units a bootstrap resamples, intervals, variance components) is in suite/stats/uncertainty.py.
+units a bootstrap resamples, intervals, variance components) is in uncertainty.py, components.py
+and suite.stats.design.
 """
 
 from __future__ import annotations
@@ -15,37 +16,20 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from suite.stats.components import variance_components
-from suite.stats.expected_max import LOWER_BOUND, WITH_REPLACEMENT, WITHOUT_REPLACEMENT, expected_max
-from suite.stats.gap import gap_to_reported, our_variance
-from suite.stats.uncertainty import Z95, Layout, by_setting, intervals, layout
-from suite.study.records import counts, outcome, runs
+from suite.stats.design import Z95, Layout, by_setting, layout
+from suite.stats.estimates.components import variance_components
+from suite.stats.estimates.expected_maximum import WITHOUT_REPLACEMENT, expected_max
+from suite.stats.estimates.gap import our_variance
+from suite.stats.estimates.uncertainty import intervals
+from suite.study.records import TrialRecord, counts, finite_scores, outcome, runs, scored
 
-__all__ = [  # expected_max and gap_to_reported live in their own modules; imported from here too
-    "LOWER_BOUND",
-    "WITHOUT_REPLACEMENT",
-    "WITH_REPLACEMENT",
-    "bootstrap_ci",
-    "expected_max",
-    "explained_by_settings",
-    "failure_breakdown",
-    "gap_to_reported",
-    "hyperparameter_importance",
-    "seeds_needed",
-    "spread",
-    "summarize",
-]
 CONFIDENCE = 0.9  # seeds_needed: one-sided confidence of "at least m runs"
 SHOWN = (1, 5, 10, 20)  # the expected-max points a summary keeps
 
 
-def _finite(scores: Sequence[float | None]) -> np.ndarray:
-    return np.asarray([s for s in scores if s is not None and np.isfinite(s)], dtype=float)
-
-
 def spread(scores: Sequence[float | None]) -> dict[str, float | int]:
     """n, median, IQR, mean, std (ddof=1), min, max of the finite scores."""
-    x = _finite(scores)
+    x = finite_scores(scores)
     if x.size == 0:
         return {"n": 0}
     q1, median, q3 = np.percentile(x, [25, 50, 75])
@@ -68,8 +52,8 @@ def bootstrap_ci(
     resamples: int = 5000,
 ) -> tuple[float, float] | None:
     """Seeded percentile-bootstrap CI of the median or mean over exchangeable runs (one subsample,
-    independent seeds). For crossed grids use suite.stats.uncertainty.intervals, which resamples seeds."""
-    x = _finite(scores)
+    independent seeds). For crossed grids use suite.stats.estimates.intervals, which resamples seeds."""
+    x = finite_scores(scores)
     if x.size < 2 or np.all(x == x[0]):  # tied runs cannot bound a run that differs: no [b, b]
         return None
     fn = {"median": np.median, "mean": np.mean}[statistic]
@@ -84,7 +68,7 @@ def bootstrap_ci(
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
-def failure_breakdown(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+def failure_breakdown(records: Sequence[TrialRecord]) -> dict[str, int]:
     """Failed runs by kind: trivial baseline, threshold, divergence (errored trials are not runs)."""
     kinds: dict[str, int] = defaultdict(int)
     for r in runs(records):
@@ -93,7 +77,7 @@ def failure_breakdown(records: Sequence[dict[str, Any]]) -> dict[str, int]:
     return dict(kinds)
 
 
-def summarize(records: Sequence[dict[str, Any]], seed: int = 0, resamples: int = 2000) -> dict[str, Any]:
+def summarize(records: Sequence[TrialRecord], seed: int = 0, resamples: int = 2000) -> dict[str, Any]:
     """Spread, intervals and expected max over the runs, failed runs included (as scored; a
     diverged run has no score) and excluded. Errored and pruned trials are not runs: counted
     apart here, and nowhere else. Intervals resample the units of the seed design, per setting.
@@ -147,7 +131,7 @@ def summarize(records: Sequence[dict[str, Any]], seed: int = 0, resamples: int =
 
 
 def seeds_needed(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[TrialRecord],
     resamples: int = 2000,
     seed: int = 0,
     median: dict[str, Any] | None = None,
@@ -230,7 +214,7 @@ def stacked_runs_needed(lay: Layout, grids: np.ndarray, target: float) -> tuple[
     return bound, estimate
 
 
-def hyperparameter_importance(records: Sequence[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+def hyperparameter_importance(records: Sequence[TrialRecord], seed: int = 0) -> dict[str, Any]:
     """How much of the score variance the hyperparameters explain, and which ones.
 
     Shape: {"explained_fraction": f (omega^2 of a one-way ANOVA over settings: the between-setting
@@ -246,19 +230,19 @@ def hyperparameter_importance(records: Sequence[dict[str, Any]], seed: int = 0) 
     from optuna.distributions import CategoricalDistribution
     from optuna.importance import FanovaImportanceEvaluator, get_param_importances
 
-    scored = [r for r in records if r.get("score") is not None and np.isfinite(r["score"])]
-    keys = sorted({k for r in scored for k in r["hparams"]} | {"size"})
-    values = {k: sorted({_param(r, k) for r in scored}, key=str) for k in keys}
+    kept = scored(records)
+    keys = sorted({k for r in kept for k in r["hparams"]} | {"size"})
+    values = {k: sorted({_param(r, k) for r in kept}, key=str) for k in keys}
     varying = [k for k in keys if len(values[k]) > 1]
-    if not varying or len(scored) < 4 or np.ptp([r["score"] for r in scored]) == 0:
+    if not varying or len(kept) < 4 or np.ptp([r["score"] for r in kept]) == 0:
         return {}
     groups: dict[str, list[float]] = defaultdict(list)
-    for r in scored:
+    for r in kept:
         groups[repr([_param(r, k) for k in varying])].append(r["score"])
     explained = explained_by_settings(list(groups.values()))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize")
-    for r in scored:
+    for r in kept:
         study.add_trial(
             optuna.trial.create_trial(
                 params={k: _param(r, k) for k in varying},
@@ -277,7 +261,7 @@ def hyperparameter_importance(records: Sequence[dict[str, Any]], seed: int = 0) 
         "importances": {k: scale * float(v) for k, v in raw.items()},
         "unexplained (seeds, noise)": None if f is None else 1.0 - f,
         "settings": len(groups),
-        "runs": len(scored),
+        "runs": len(kept),
     }
 
 

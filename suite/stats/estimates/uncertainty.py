@@ -2,7 +2,7 @@
 follows the seed design (suite.stats.design), and intervals that name that unit, calibrated by
 simulation at the 3-10 runs the default profiles use (small-N honesty: a median of 3 runs next
 to one of them gets a t floor). The predictive distribution of a k-run statistic (same-n
-comparisons) is in suite.stats.gap; the failure rate's interval in suite.stats.failure_rate.
+comparisons) is in gap.py; the failure rate's interval in failure_rate.py.
 
 No interval of a mean or a spread has zero width. Where every run scored the same (every run
 failed at the baseline, the smoke case) the runs cannot bound a mean, a std or an IQR: a run that
@@ -27,46 +27,17 @@ import numpy as np
 from scipy import stats
 
 from suite.stats.design import (
-    Z95,
     Layout,
-    Record,
-    _draw,
-    _pad,
     bootstrap_samples,
-    by_setting,
-    layout,
+    kept_scores,
     resample,
-    scores,
     stacked_terms,
     stacked_widening,
     widening,
 )
-from suite.stats.failure_rate import failure_interval, least_share, wilson
+from suite.stats.estimates.failure_rate import failure_interval, least_share
+from suite.study.records import TrialRecord
 
-__all__ = [  # the design's names are imported from here too (gap, expected_max, compare)
-    "Z95",
-    "Layout",
-    "Record",
-    "_draw",
-    "_pad",
-    "bootstrap_samples",
-    "by_setting",
-    "calibrated_ci",
-    "design_bootstrap",
-    "failure_interval",
-    "intervals",
-    "layout",
-    "no_spread",
-    "reduce",
-    "resample",
-    "scores",
-    "stacked_intervals",
-    "stacked_terms",
-    "stacked_widening",
-    "widen",
-    "widening",
-    "wilson",
-]
 Statistic = str | Callable[[np.ndarray], float]
 PERCENTILE = "percentile bootstrap, 95%"
 FLOOR_LEVELS = 5  # the median's interval is floored at the mean's t interval below this many seeds
@@ -123,7 +94,7 @@ def reduce(x: np.ndarray, statistic: Statistic) -> np.ndarray:
 
 
 def design_bootstrap(
-    records: Sequence[Record],
+    records: Sequence[TrialRecord],
     statistic: Statistic = "median",
     resamples: int = 2000,
     seed: int = 0,
@@ -217,7 +188,7 @@ def stacked_intervals(
 
 
 def intervals(
-    records: Sequence[Record], resamples: int = 2000, seed: int = 0, exclude_failed: bool = False
+    records: Sequence[TrialRecord], resamples: int = 2000, seed: int = 0, exclude_failed: bool = False
 ) -> dict[str, dict[str, Any]]:
     """{median, mean, std, iqr: {estimate, ci95, unit, method, widening}} of the runs' scores
     (failed runs as scored unless excluded), and failure_rate (`failure_interval`: over seed
@@ -242,7 +213,7 @@ def intervals(
     samples, unit, terms = bootstrap_samples(records, resamples, seed, exclude_failed)
     factor, df = widening(terms)
     method = PERCENTILE + (f", widened x{factor:.2f} (t, {df:.1f} df) for few seeds" if df else "")
-    x = scores(records, exclude_failed)
+    x = kept_scores(records, exclude_failed)
     c = np.array([[t[0] for t in terms]]).reshape(1, -1)
     n = np.array([t[1] for t in terms], dtype=float)
     spread = not no_spread(x[None])[0]
