@@ -95,3 +95,26 @@ def test_a_stored_study_with_full_runs_under_two_subsample_seeds_is_read_once_an
     assert all(r["key"].endswith(",subsample=0") for r in final)
     (entry,) = json.loads((folder / "leaderboard.json").read_text())["entries"]
     assert len(entry["runs"]) == 3
+
+
+def test_a_stored_study_with_explicit_subsample_seeds_at_full_resumes_with_the_same_command(
+    tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Explicit subsample seeds at size full are refused for a new study only: a study stored
+    before that refusal resumes with the command that made it, reading each run once."""
+    args = ("--threads", "1", "--seeds", "2", "--size", "full", "--set", "sweep.seeds.subsample_seeds=[1, 2]")
+    with monkeypatch.context() as patched:  # the planner and pre-flight before `full` was planned once
+        patched.setattr("suite.study.plan.replicate_seeds", _old_planner)
+        patched.setattr("suite.study.preflight.check_whole_set", lambda *args: None)
+        folder = run_tiny(tiny_task, tiny_models["bert"], *args)
+    storage = f"sqlite:///{folder / 'study.db'}"
+    (name,) = optuna.study.get_all_study_names(storage)
+    trials = optuna.load_study(study_name=name, storage=storage).trials
+    assert {t.user_attrs["seeds"]["subsample"] for t in trials} == {1, 2}
+    pairs = {(t.user_attrs["seeds"]["init"], t.user_attrs["seeds"]["order"]) for t in trials}
+    capsys.readouterr()
+    run_tiny(tiny_task, tiny_models["bert"], *args)  # today's pre-flight and planner: resumes, exit 0
+    assert len(optuna.load_study(study_name=name, storage=storage).trials) == len(trials)  # none queued
+    _, final = load_run(folder)
+    assert {(r["seeds"]["init"], r["seeds"]["order"]) for r in final} == pairs
+    assert len(final) == len(pairs) < len(trials)  # each (init, order) pair's run once

@@ -17,16 +17,21 @@ from suite.errors import DataError, SpecError, SuiteError
 from suite.heads.registry import PreparedTask
 
 
-def check_planned_inputs(task: PreparedTask, sweep: SweepSpec, spec_path: str | Path) -> None:
+def check_planned_inputs(
+    task: PreparedTask, sweep: SweepSpec, spec_path: str | Path, new: bool = True
+) -> None:
     """Every (size, subsample seed) of the plan has its training examples (a split file for
     QA, enough examples for a subsample), tokenizes, and the evaluation set is non-empty.
+    Subsample seeds at the whole training set are refused for a `new` study only: a stored one
+    that holds such runs resumes as it is (they are read once).
 
     Features built here land in the feature cache, so the trials reuse them.
     """
     from suite.study.plan import replicate_seeds
 
     data, spec = task.data, task.spec
-    check_whole_set(task, sweep, spec_path)
+    if new:
+        check_whole_set(task, sweep, spec_path)
     check_budget(sweep)
     for size in spec.sizes:
         for seed in sorted({seeds[2] for seeds in replicate_seeds(sweep, size)}):
