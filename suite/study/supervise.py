@@ -86,9 +86,13 @@ def stops_allowed() -> Iterator[None]:
 
 
 def install_stops() -> None:
-    """In a worker, when it starts: SIGINT, SIGTERM and SIGHUP stop it, whatever it inherited."""
+    """In a worker, when it starts: SIGINT, SIGTERM and SIGHUP stop it, whatever it inherited;
+    but a worker started by hand with SIGHUP ignored (`nohup suite worker ... &`) was asked to
+    outlive its terminal, and keeps it ignored (one `run` started hears it through `run`'s death)."""
     for sig in STOPS:
-        signal.signal(sig, _on_stop)
+        hand_nohup = sig == signal.SIGHUP and not os.environ.get(PARENT_ENV)
+        if not (hand_nohup and signal.getsignal(sig) is signal.SIG_IGN):
+            signal.signal(sig, _on_stop)
 
 
 @contextmanager
