@@ -4,7 +4,9 @@ does not grow with the queue."""
 from __future__ import annotations
 
 import copy
+import os
 import random
+import socket
 import time
 from contextlib import AbstractContextManager
 
@@ -77,6 +79,8 @@ def fail_dead_trials(study: optuna.Study) -> None:
     fail_stale_trials(study)
     storage = study._storage
     backend = getattr(storage, "_backend", storage)
+    if isinstance(storage, optuna.storages.JournalStorage):  # its `_backend` is the file's
+        _fail_dead_local_workers(study)
     if not isinstance(backend, optuna.storages.RDBStorage) or backend.heartbeat_interval is None:
         return
     grace = backend.grace_period or 2 * backend.heartbeat_interval
@@ -112,3 +116,35 @@ def _running_without_heartbeat(backend: optuna.storages.RDBStorage, study_id: in
             .all()
         )
     return {row[0] for row in rows}
+
+
+def _fail_dead_local_workers(study: optuna.Study) -> None:
+    """A journal file keeps no heartbeats: a running trial whose worker (host:pid, recorded when it
+    took the trial) ran on this machine and is gone (killed with SIGKILL, or by `run` after its
+    grace period) is failed and queued again at the same attempt. A journal file is one machine's,
+    so its workers are all this machine's; a reused pid only keeps a trial waiting."""
+    from suite.study.plan import retry_attrs
+    from suite.study.supervise import WORKER_ATTR
+
+    host = socket.gethostname()
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        where, _, pid = str(trial.system_attrs.get(WORKER_ATTR, "")).rpartition(":")
+        if where != host or not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            if not study._storage.set_trial_state_values(trial._trial_id, state=optuna.trial.TrialState.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:  # it ended meanwhile
+            continue
+        attrs = retry_attrs(trial, trial.user_attrs.get("attempt", 1))
+        study.enqueue_trial(attrs["setting"], user_attrs=attrs, skip_if_exists=False)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

@@ -137,3 +137,38 @@ def test_a_run_told_after_another_worker_failed_it_as_stale_is_kept_and_not_trai
     assert trials[1].user_attrs["record"] == record and trials[1].value == 0.75
     assert trials[1].user_attrs["key"] == trial.user_attrs["key"]
     assert optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'db.sqlite'}").best_value == 0.75
+
+
+def test_a_journal_trial_whose_worker_died_on_this_machine_is_queued_again(
+    tiny_task: Path, tmp_path: Path
+) -> None:
+    """A journal file keeps no heartbeats: the trial of a worker killed with SIGKILL would stay
+    running for ever. A trial whose recorded worker ran here and is gone is failed and queued
+    again (same key, same attempt); a live worker's trial is left running."""
+    import socket
+
+    from optuna.trial import TrialState
+
+    from suite.config.sweep import SeedSpec, SweepSpec
+    from suite.config.task import load_task
+    from suite.study.plan import enqueue_plan
+    from suite.study.queue import fail_dead_trials, pop_planned
+    from suite.study.storage import open_storage, open_study
+    from suite.study.supervise import WORKER_ATTR
+
+    sweep = SweepSpec(name="s", hparams={"lr": 1e-3, "batch_size": 8, "epochs": 1}, seeds=SeedSpec(repeats=2))
+    study = open_study(open_storage(f"journal:{tmp_path / 'study.log'}"), "s", sweep, True)
+    enqueue_plan(study, load_task(tiny_task), sweep)
+    dead, live = pop_planned(study), pop_planned(study)
+    assert dead is not None and live is not None
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    host = socket.gethostname()
+    study._storage.set_trial_system_attr(dead._trial_id, WORKER_ATTR, f"{host}:{ended.stdout.strip()}")
+    study._storage.set_trial_system_attr(live._trial_id, WORKER_ATTR, f"{host}:{os.getpid()}")
+    fail_dead_trials(study)
+    states = {t.number: t.state for t in study.get_trials()}
+    assert states[dead.number] == TrialState.FAIL and states[live.number] == TrialState.RUNNING
+    (queued,) = study.get_trials(states=(TrialState.WAITING,))
+    assert queued.user_attrs["key"] == dead.user_attrs["key"] and queued.user_attrs["attempt"] == 1
