@@ -23,13 +23,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from suite.errors import SuiteError
+
 
 @contextmanager
 def study_lock(url: str, name: str) -> Iterator[None]:
     """Hold study `name`'s lock in the storage at `url` (a URL as `open_storage` takes it)."""
-    if url.startswith(("sqlite:///", "journal:")):
-        path = url.removeprefix("sqlite:///").removeprefix("journal:")
-        with _file_lock(path + (".lock" if url.startswith("sqlite") else ".suite.lock")):
+    from suite.study.storage import storage_file
+
+    if (path := storage_file(url)) is not None:  # the real file, however its URL spells it
+        with _file_lock(f"{path}{'.lock' if url.startswith('sqlite') else '.suite.lock'}", url):
             yield
     elif url.startswith("postgresql"):
         with server_engine(url).connect() as connection, connection.begin():  # released at the commit
@@ -57,8 +60,16 @@ def storage_url(storage: Any) -> str:
 
 
 @contextmanager
-def _file_lock(path: str) -> Iterator[None]:
-    with open(path, "a") as handle:
+def _file_lock(path: str, url: str) -> Iterator[None]:
+    try:
+        handle = open(path, "a")  # noqa: SIM115 (closed below; an OSError here is the user's to fix)
+    except OSError as err:
+        from suite.study.storage import public_url
+
+        raise SuiteError(
+            f"--storage {public_url(url)!r}: cannot write its lock file {path} ({err.strerror or err})"
+        ) from None
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -63,7 +63,10 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     if url.startswith("journal:"):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-        return JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
+        try:
+            return JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
+        except OSError as err:  # a missing folder, a read-only one
+            raise SuiteError(f"--storage {public_url(url)!r}: cannot open ({err.strerror or err})") from None
     if not url.startswith(("sqlite:", "postgresql", "mysql")):
         raise SuiteError(
             f"--storage {public_url(url)!r}: expected sqlite:///, postgresql://, mysql:// or journal:PATH"

@@ -172,3 +172,29 @@ def test_a_journal_trial_whose_worker_died_on_this_machine_is_queued_again(
     assert states[dead.number] == TrialState.FAIL and states[live.number] == TrialState.RUNNING
     (queued,) = study.get_trials(states=(TrialState.WAITING,))
     assert queued.user_attrs["key"] == dead.user_attrs["key"] and queued.user_attrs["attempt"] == 1
+
+
+def test_one_sqlite_file_has_one_lock_however_its_url_spells_it(tmp_path: Path) -> None:
+    import fcntl
+
+    from suite.study.lock import study_lock
+
+    (tmp_path / "sub").mkdir()
+    with study_lock(f"sqlite:///{tmp_path / 'sub' / '..' / 'study.db'}?timeout=10", "s"):
+        with open(tmp_path / "study.db.lock", "a") as other:  # what the plain URL's lock takes
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study.db.lock", "sub"]
+
+
+def test_a_storage_path_that_cannot_be_written_is_one_line_naming_storage(tmp_path: Path) -> None:
+    from suite.errors import SuiteError
+    from suite.study.lock import study_lock
+    from suite.study.storage import open_storage
+
+    with pytest.raises(SuiteError, match="--storage 'journal:.*missing.*': cannot open"):
+        open_storage(f"journal:{tmp_path / 'missing' / 'x.log'}")
+    (tmp_path / "file").write_text("")  # a file where a folder should be: no lock file fits here
+    with pytest.raises(SuiteError, match="--storage 'sqlite:.*': cannot write its lock file"):
+        with study_lock(f"sqlite:///{tmp_path / 'file' / 'study.db'}", "s"):
+            pass
