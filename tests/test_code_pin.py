@@ -18,7 +18,11 @@ from tests.conftest import REPO
 # 3+auto2 re-pinned for the GPU path: losses read back in batches on a GPU, pieces cut on the CPU,
 # fp32 output layers, Viterbi on a CPU copy; and for the progress callbacks a trial takes (they watch,
 # never change it). On the CPU every record stays bit-identical.
-PINS = {"3+auto2": "988f83e495fe7d0c"}
+# Re-pinned when the pin grew to every module a trial imports (the data readers' paths, hub and cache,
+# the config it reads), for right padding forced at load and in the collations, the metric's own
+# direction, and the curve sample (each epoch but the last on a fixed sample; the score still from the
+# whole set): RTE and NER smoke records of the same seeds kept every score and loss curve.
+PINS = {"3+auto2": "87d6916f73be1d3d"}
 
 
 def test_the_training_code_matches_its_version_pin() -> None:
