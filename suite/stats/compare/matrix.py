@@ -8,8 +8,6 @@ from __future__ import annotations
 from itertools import combinations
 from typing import Any
 
-from statsmodels.stats.multitest import multipletests
-
 from suite.errors import SuiteError
 from suite.stats.compare.blocks import ahead
 from suite.stats.compare.studies import compare
@@ -29,6 +27,9 @@ def compare_matrix(
     name of the study ahead, by the metric's direction, where they differ)}], comparisons, method,
     skipped: [why a pair had no shared block]}; differences are B - A on the score scale.
     `num_labels`: the task's classes (`compare.class_count`)."""
+    # Here, not at the top: statsmodels loads in ~0.8 s, and `suite compare A B` never needs it.
+    from statsmodels.stats.multitest import multipletests
+
     rows, skipped = [], []
     for (name_a, a), (name_b, b) in combinations(studies, 2):
         try:

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from suite.model.metrics import classification_scores
 from suite.study.records import TrialRecord, finite_scores, score, scored
 
 RESAMPLES = 1000
@@ -29,6 +28,10 @@ RESAMPLES = 1000
 def _score_fn(per_example: dict[str, list], metric: str, num_labels: int) -> Callable[[np.ndarray], float]:
     """The run's metric recomputed on a subset (index array) of its dev examples."""
     if "label" in per_example:  # classification or regression
+        # Here, not at the top: scikit-learn (and pandas) load in ~1.5 s, and every user of the
+        # estimates layer (`suite compare`, `suite leaderboard`) would pay it on import.
+        from suite.model.metrics import classification_scores
+
         labels, predictions = np.asarray(per_example["label"]), np.asarray(per_example["prediction"])
         return lambda i: classification_scores([metric], labels[i], predictions[i], num_labels)[metric]
     if "gold" in per_example:  # NER: micro entity F1 from summed counts
