@@ -149,6 +149,13 @@ CELLS = [
     new_markdown_cell("## Loss curves per size"),
     new_code_cell("plots.display(plots.loss_curves(records))"),
     new_markdown_cell(
+        "## Dev curves per size\n\nEach epoch's dev score, drawn from what each epoch evaluated: the "
+        "task's curve sample (`curve_sample`: a fixed sample of the evaluation set, the same examples "
+        "for every run; the title says which). Every statistic in this report uses the score on the "
+        "whole evaluation set after the last epoch, not these points."
+    ),
+    new_code_cell("plots.display(plots.dev_curves(records, metric))"),
+    new_markdown_cell(
         "## Reported vs observed\n\n**How to read a comparison.** A published number is compared "
         "only when it is *comparable*: same checkpoint, training size (none stated = the full "
         "training set), split and evaluation set, metric, head and a run statistic. A reported "

@@ -166,7 +166,7 @@ def test_report_executes_with_every_figure(finished_run: Path, capsys) -> None: 
     notebook = nbformat.read(finished_run / "report.ipynb", as_version=4)
     outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) == 3  # distribution, expected max, loss curves
+    assert len(images) == 4  # distribution, expected max, loss curves, dev curves
     lines = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream").splitlines()
     variance = ("one identifiable variance", "no variance components")
     sections = (

@@ -52,8 +52,10 @@ class TrialRecord(TypedDict, total=False):
     score: float | None  # the final dev main metric; None for a diverged, errored or pruned trial
     scores: dict[str, float]  # every final metric of a scored run
     last_score: float  # the last finite score of a diverged or pruned run (never a statistic's)
-    epochs: list[dict[str, Any]]
-    per_example: dict[str, list[Any]]
+    epochs: list[dict[str, Any]]  # the curve: dev metrics per evaluation, on `evaluated_on["epochs"]`
+    per_example: dict[str, list[Any]]  # the score's outcomes per example: the whole evaluation set
+    evaluated_on: dict[str, dict[str, Any]]  # {epochs, score}: {set: sample | whole, examples, seed}
+    time_s: dict[str, float]  # {training, curve_evaluation, final_evaluation}
 
 
 def outcome(record: TrialRecord) -> str:
