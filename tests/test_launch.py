@@ -92,6 +92,10 @@ def test_local_launch_runs_every_planned_trial_once_and_reruns_resume(
     other = _launch(tiny_task, tiny_models["bert"], "--executor", "local", "--workers", "1", *storage)
     assert main(other) == 0
     assert "every planned trial has ended; no worker submitted" in capsys.readouterr().out
+    # Other threads per worker, asked as the launch asks them: refused naming the flag typed.
+    assert main([*other, "--cpus-per-worker", "2"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --cpus-per-worker 2: the study runs 1 thread(s) per worker")
 
     if backend != "sqlite":
         return

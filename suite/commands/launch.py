@@ -72,7 +72,13 @@ def launch(request: Request, how: Launch) -> int:
             "--gpus-per-worker with --executor local: every job would get the same GPUs; on one machine use "
             "`suite run --workers auto --workers-per-gpu K`, which maps workers through CUDA_VISIBLE_DEVICES"
         )
-    cpus = how.cpus_per_worker or _stored_threads(request) or _default_cpus(how)
+    stored = _stored_threads(request)
+    if how.cpus_per_worker and stored and how.cpus_per_worker != stored:  # the flag typed, not --threads
+        raise SpecError(
+            f"--cpus-per-worker {how.cpus_per_worker}: the study runs {stored} thread(s) per worker, "
+            "fixed when it was created; omit --cpus-per-worker to resume it"
+        )
+    cpus = how.cpus_per_worker or stored or _default_cpus(how)
     gpus = request.gpus_per_worker or 0
     parameters = executor_parameters(how, cpus, gpus, Path(str(request.task)).stem)
     # Each job is one worker with `cpus` threads: the study's threads, whatever this machine has.
