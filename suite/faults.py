@@ -5,11 +5,12 @@ point, and can leave a trace of the points it reached.
 `point`; with `SUITE_KILL_ONCE=FILE` only the first process to create FILE dies (one worker of
 many). `SUITE_STALL_AT=point[:n]` hangs it there instead (a step that never ends), until a stop
 (a signal) interrupts it; with `SUITE_STALL_DEAF=1` no stop does (it ignores SIGINT, SIGTERM and
-SIGHUP from then on, like a process hung where no signal handler runs), only a kill. `SUITE_TRACE=FILE` appends `point pid detail` to FILE each time a
-process reaches a point: how often each trial trained, and by which processes, counted across
-processes. Points: `trial` (a worker starts a trial; detail: its key), `cache_write` (a feature
-file written, not yet in place), `train_step`, `evaluation` (a dev evaluation done, not yet
-recorded), `outputs_write` (an output written, not yet in place). Unset, `reach` costs three
+SIGHUP from then on, like a process hung where no signal handler runs), only a kill.
+`SUITE_TRACE=FILE` appends `point pid detail` to FILE each time a process reaches a point: how
+often each trial trained, and by which processes, counted across processes. Points: `trial` (a
+worker starts a trial; detail: its key), `cache_write` (a feature file written, not yet in place),
+`train_step`, `evaluation` (a dev evaluation done, not yet recorded), `outputs_write` (an output
+written, not yet in place). Unset, `reach` costs three
 dictionary lookups.
 """
 

@@ -17,7 +17,6 @@ Per storage kind:
 from __future__ import annotations
 
 import fcntl
-import functools
 import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from suite.errors import SuiteError
 @contextmanager
 def study_lock(url: str, name: str) -> Iterator[None]:
     """Hold study `name`'s lock in the storage at `url` (a URL as `open_storage` takes it)."""
-    from suite.study.storage import storage_file
+    from suite.study.storage import server_engine, storage_file
 
     if (path := storage_file(url)) is not None:  # the real file, however its URL spells it
         with _file_lock(f"{path}{'.lock' if url.startswith('sqlite') else '.suite.lock'}", url):
@@ -75,14 +74,6 @@ def _file_lock(path: str, url: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-@functools.cache
-def server_engine(url: str) -> Any:
-    """One small connection pool per server and process: a pop takes the lock once per trial."""
-    import sqlalchemy
-
-    return sqlalchemy.create_engine(url, pool_pre_ping=True, pool_size=1, max_overflow=2)
 
 
 def _sql(text: str) -> Any:

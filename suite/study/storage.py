@@ -3,6 +3,7 @@ opened with heartbeats, the Optuna study itself, and atomic writes of its output
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -142,10 +143,17 @@ def _sqlite_names(path: Path) -> list[str]:
         return [row[0] for row in connection.execute("SELECT study_name FROM studies")]
 
 
-def _server_names(url: str) -> list[str]:
+@functools.cache
+def server_engine(url: str) -> Any:
+    """One small connection pool per server and process: the study lock and the
+    lookups of which studies a server holds (a pop takes the lock once per trial)."""
     import sqlalchemy
 
-    from suite.study.lock import server_engine
+    return sqlalchemy.create_engine(url, pool_pre_ping=True, pool_size=1, max_overflow=2)
+
+
+def _server_names(url: str) -> list[str]:
+    import sqlalchemy
 
     engine = server_engine(url)
     if not sqlalchemy.inspect(engine).has_table("studies"):

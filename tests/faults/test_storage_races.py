@@ -97,7 +97,7 @@ def test_runs_starting_a_new_study_on_a_fresh_postgresql_database_all_succeed(tm
         _start_together(fresh, "together", tmp_path / "barrier")
         assert held_studies(fresh) == ["together"]
     finally:
-        from suite.study.lock import server_engine
+        from suite.study.storage import server_engine
 
         server_engine(fresh).dispose()
         with admin.connect() as connection:
