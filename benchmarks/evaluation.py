@@ -10,7 +10,8 @@ the last is evaluated once, on the whole set). The same planned trials (the stud
 seeds, `--epochs` epochs each instead of 6), the two ways alternating which runs first, each in
 this process on `--threads` threads (`make run` on 2 cores runs 2 workers x 1 thread).
 
-Prints per trial and way: wall time and its split (training, curve evaluation, final evaluation,
+Prints per trial and way: wall time (and the process's CPU time: on a shared machine the fairer
+measure) and its split (training, curve evaluation, final evaluation,
 overhead); the final F1 of every seed, which must be bit-identical with the per-sentence outcomes,
 the loss curve and the token counts; the after/before ratio; the standard error of a curve point
 (F1 on 500 of the 3,250 sentences, from the final per-sentence counts) beside the whole set's; and
@@ -20,6 +21,7 @@ from the measured costs per epoch, the same trial at `--project-epochs` epochs.
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import sys
 import time
@@ -53,6 +55,12 @@ def prepared(curve: str | None, epochs: int, seeds: int) -> tuple[Any, list[Any]
     for plan in plans:
         data.features("train", data.train_indices(plan.size, plan.seeds.subsample))
     return task_, plans
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time (user + system): on a shared machine, the fairer measure of work."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def entity_f1(counts: dict[str, np.ndarray], rows: np.ndarray) -> float:
@@ -108,9 +116,14 @@ def main() -> None:
         order = ["before", "after"] if i % 2 == 0 else ["after", "before"]  # the machine's drift, shared
         for name in order:
             task, _ = ways[name]
+            cpu = cpu_seconds()
             records[name].append(run_trial(task, task.spec.model, plans[0]))
             r = records[name][-1]
-            print(f"  seed {i + 1} {name:6s} {r['wall_time_s']:7.1f} s  F1 {r['score']}", flush=True)
+            r["cpu_s"] = cpu_seconds() - cpu
+            print(
+                f"  seed {i + 1} {name:6s} {r['wall_time_s']:.1f} s ({r['cpu_s']:.0f} CPU s) F1 {r['score']}",
+                flush=True,
+            )
     report(records, args, sample, time.perf_counter() - start)
 
 
@@ -134,6 +147,7 @@ def report(records: dict[str, list[dict]], args: argparse.Namespace, sample: int
     ]
     overhead = [mean(sum(r["overhead_s"].values()) for r in rs) for rs in (before, after)]
     rows.append(("  overhead", *overhead))
+    rows.append(("CPU time", mean(r["cpu_s"] for r in before), mean(r["cpu_s"] for r in after)))
     for label, b, a in rows:
         print(f"{label:28s} {b:9.1f} {a:9.1f} {a / b if b else float('nan'):6.2f}x")
     print("\nfinal entity F1 per seed (the whole dev set, after the last epoch):")

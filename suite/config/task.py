@@ -58,8 +58,8 @@ Size = Annotated[int | Literal["full"], PlainValidator(_size)]
 Sizes = Annotated[list[int | Literal["full"]], PlainValidator(_sizes)]
 
 # Dev examples (sentences, questions) each epoch's curve evaluation covers by default: the standard
-# error of an accuracy or F1 on 500 examples is at most 0.022 (sqrt(0.25 / 500)), and ~0.01 for
-# CoNLL's ~900 entities in 500 sentences; smaller dev sets are evaluated whole.
+# error of an accuracy on 500 examples is at most 0.022 (sqrt(0.25 / 500)); CoNLL entity F1 on 500
+# of its 3,250 dev sentences, 0.018 (benchmarks/RESULTS.md); smaller dev sets are evaluated whole.
 DEFAULT_CURVE_SAMPLE = 500
 
 
