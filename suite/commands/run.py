@@ -30,11 +30,14 @@ def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
     """`run`, also giving its setup and the final records it wrote (what `--until-*` reads).
     With several workers, the planning runs in a child process: this one, which only waits for
     the workers, then never holds torch, the data or the pre-flight's model (benchmarks/memory.py)."""
-    s, study, environments = _planned_in_child(request) if str(request.workers) != "1" else (None, None, None)
+    s, study, environments, planned = (
+        _planned_in_child(request) if str(request.workers) != "1" else (None, None, None, 0)
+    )
     if study is None:  # one worker, in this process
         from suite.study.planning import plan_study
 
         s, study = plan_study(request if s is None else s.request)
+        planned = _planned(s)
     assert s.folder is not None  # a planned study always has a run folder
     try:
         with stops_as_interrupts():
@@ -44,43 +47,47 @@ def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
                 torch.set_num_threads(s.threads)
                 run_worker(study, s, progress=not request.quiet)
             else:
-                _run_workers(s, study, environments, progress=not request.quiet)
+                _run_workers(s, study, environments, planned, progress=not request.quiet)
     except KeyboardInterrupt as stop:
-        print(interrupted_note(study, _planned(s), _what_became_of(stop)), file=sys.stderr)
+        print(interrupted_note(study, planned, _what_became_of(stop)), file=sys.stderr)
         raise
     records = write_outputs(study, s.folder, s.task)
     return exit_status(study), s, records
 
 
-def _planned_in_child(request: Request) -> tuple[Setup, Any, list[dict[str, str]] | None]:
-    """`plan_study` in a child process: the setup without its prepared task, the study, and each
-    worker's environment; (setup, None, None) when it found that one worker is enough (`--workers
-    auto` on one CPU or GPU, or one trial left): its request then asks for that one."""
+def _planned_in_child(request: Request) -> tuple[Setup, Any, list[dict[str, str]] | None, int]:
+    """`plan_study` in a child process: the setup without its prepared task, the study, each
+    worker's environment and the planned trials (counting them imports torch); (setup, None, None,
+    0) when it found that one worker is enough (`--workers auto` on one CPU or GPU, or one trial
+    left): its request then asks for that one."""
     import optuna
 
     from suite.study.offload import in_child
     from suite.study.storage import open_storage
 
-    s, environments = in_child(_plan_for_workers, request)
+    s, environments, planned = in_child(_plan_for_workers, request)
     if s.workers == 1:
-        return dataclasses.replace(s, request=dataclasses.replace(request, workers="1")), None, None
+        return dataclasses.replace(s, request=dataclasses.replace(request, workers="1")), None, None, 0
     if request.offline:  # the workers inherit it, as from a process that planned itself
         os.environ["HF_HUB_OFFLINE"] = "1"
-    return s, optuna.load_study(study_name=s.name, storage=open_storage(s.url)), environments
+    return s, optuna.load_study(study_name=s.name, storage=open_storage(s.url)), environments, planned
 
 
-def _plan_for_workers(request: Request) -> tuple[Setup, list[dict[str, str]]]:
+def _plan_for_workers(request: Request) -> tuple[Setup, list[dict[str, str]], int]:
     """The child's side of `_planned_in_child`."""
     from suite.model.devices import worker_environment
     from suite.study.planning import plan_study
 
     s, _ = plan_study(request)
-    return dataclasses.replace(s, prepared=None), [worker_environment(i, s.trainer) for i in range(s.workers)]
+    environments = [worker_environment(i, s.trainer) for i in range(s.workers)]
+    return dataclasses.replace(s, prepared=None), environments, _planned(s)
 
 
-def _run_workers(s: Setup, study: Any, environments: list[dict[str, str]] | None, progress: bool) -> None:
+def _run_workers(
+    s: Setup, study: Any, environments: list[dict[str, str]] | None, planned: int, progress: bool
+) -> None:
     desc = f"trials ({s.workers} workers)"
-    shown = (lambda running: watch(study, _planned(s), s.workers, running, desc)) if progress else None
+    shown = (lambda running: watch(study, planned, s.workers, running, desc)) if progress else None
     codes = run_workers(s, study, environments, watch=shown)
     if bad := [c for c in codes if c]:
         print(

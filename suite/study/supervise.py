@@ -33,40 +33,33 @@ STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_ENV = "SUITE_STOP_GRACE_S"  # how long `run` waits for stopped workers (default 60 s)
 
 _held = 0  # depth of `stops_held` regions in this process
-_pending: str | None = None  # a stop that came while held
+_stop: str | None = None  # the stop this process received, if any: it is never forgotten
 
 
 def _on_stop(signum: int, frame: Any) -> None:
-    global _pending
-    name = signal.Signals(signum).name
-    if _held:
-        _pending = name
-        return
-    raise KeyboardInterrupt(name)
+    global _stop
+    _stop = signal.Signals(signum).name
+    if not _held:
+        raise KeyboardInterrupt(_stop)
 
 
 def stop_point() -> None:
-    """Raise now a stop that came while stops were held."""
-    global _pending
-    if _pending is not None:
-        name, _pending = _pending, None
-        raise KeyboardInterrupt(name)
+    """Raise the stop this process received, if any. Every later stop point raises it again: a
+    stop that a library swallowed (a KeyboardInterrupt raised inside a finalizer is only printed)
+    still ends the worker before its next trial."""
+    if _stop is not None:
+        raise KeyboardInterrupt(_stop)
 
 
 @contextmanager
 def stops_held() -> Iterator[None]:
-    """A stop that comes inside waits until the outermost held region ends (and is raised then), or
-    until `stops_allowed`. Left by an exception (a stop under way, or an error that ends the process
-    anyway), a held one is dropped."""
-    global _held, _pending
+    """A stop that comes inside is raised when the outermost held region ends, or at a stop point
+    or `stops_allowed` inside it."""
+    global _held
     saved = _held  # restored, not counted down: a stop raised mid-exit cannot skew the depth
     _held = saved + 1
     try:
         yield
-    except BaseException:
-        if not saved:
-            _pending = None
-        raise
     finally:
         _held = saved
     if not saved:
@@ -75,7 +68,7 @@ def stops_held() -> Iterator[None]:
 
 @contextmanager
 def stops_allowed() -> Iterator[None]:
-    """Inside held code, a region where a stop is raised at once (one held before, on entry)."""
+    """Inside held code, a region where a stop is raised at once (one received before, on entry)."""
     global _held
     saved, _held = _held, 0
     try:
@@ -98,11 +91,14 @@ def install_stops() -> None:
 @contextmanager
 def stops_as_interrupts() -> Iterator[None]:
     """`run` itself: each stop stops the study (the workers in their own session hear none). A
-    stop the shell set to be ignored stays ignored: a background job's SIGINT, `nohup`'s SIGHUP."""
+    stop the shell set to be ignored stays ignored: a background job's SIGINT, `nohup`'s SIGHUP.
+    A stop received inside is forgotten when it ends (the process may run another study)."""
+    global _stop
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {sig: signal.getsignal(sig) for sig in STOPS}
+    _stop = None
     for sig, handler in previous.items():
         if handler is not signal.SIG_IGN:
             signal.signal(sig, _on_stop)
@@ -112,6 +108,7 @@ def stops_as_interrupts() -> Iterator[None]:
         for sig, handler in previous.items():
             if handler is not None:  # None: a handler set outside Python, which cannot be put back
                 signal.signal(sig, handler)
+        _stop = None
 
 
 def stop_with_parent() -> None:
