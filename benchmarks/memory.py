@@ -6,10 +6,10 @@
 PYTHONPATH pointing to it); "after" is this working tree. Both run here, one after the other, on
 the same tokenised features (a private feature cache, filled by `suite plan` before either runs).
 
-1. The NER default (tasks/ner.yaml, profile default: MiniLM-L6, 1,000 training sentences, the
-   whole dev set of 3,250 sentences evaluated after every epoch, batch 16), `--seeds 4` trials on
-   `--workers 2 --threads 2` (what `--workers auto` picks on 2 cores), with `--epochs` epochs per
-   trial instead of 6 (`--epochs 6` is the default itself: ~10-13 min per trial per
+1. The NER default (tasks/ner.yaml, profile default: MiniLM-L6, 1,000 training sentences, dev
+   3,250 sentences: the curve sample each epoch, the whole set after the last, batch 16),
+   `--seeds 4` trials on `--workers 2 --threads 2` (what `--workers auto` picks on 2 cores), with
+   `--epochs` epochs per trial instead of 6 (`--epochs 6` is the default itself: ~10-13 min per trial per
    single-threaded worker on the 2-core machine, ~25 min per side). Per side: the `run` process's
    peak RSS while its workers train (sampled from /proc every 0.2 s) and over its whole life, the
    planning child's peak (after), each worker's peak RSS (its trial records' `peak_rss_mb`, the

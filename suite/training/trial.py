@@ -199,22 +199,27 @@ def _fit(
     if positions is not None:
         callbacks.append(ScoredAfterTraining())
     callbacks += list(watchers)
-    trainer = L.Trainer(
+    common = dict(
         max_epochs=record.setdefault("epochs_run", plan.hparams.epochs_for(len(train))),
-        check_val_every_n_epoch=record.setdefault("eval_every", plan.hparams.eval_every(len(train))),
-        callbacks=callbacks,
         **options,
-        gradient_clip_val=plan.hparams.max_grad_norm,
         logger=False,
         enable_checkpointing=False,
         enable_model_summary=False,
         enable_progress_bar=progress,
+    )
+    trainer = L.Trainer(
+        check_val_every_n_epoch=record.setdefault("eval_every", plan.hparams.eval_every(len(train))),
+        callbacks=callbacks,
+        gradient_clip_val=plan.hparams.max_grad_norm,
         num_sanity_val_steps=0,
+        **common,
     )
     trainer.fit(module, datamodule=datamodule)
     if positions is not None:  # the score: the whole set, once, on the last epoch's weights
         module.after_training = True
-        trainer.validate(module, dataloaders=datamodule.eval_dataloader(dev), verbose=False)
+        # Its own Trainer, timed by the clock: the run's watchers (progress, pruning) follow training.
+        scorer = L.Trainer(callbacks=[clock], **common)
+        scorer.validate(module, dataloaders=datamodule.eval_dataloader(dev), verbose=False)
     return module
 
 
