@@ -175,3 +175,36 @@ def test_a_user_error_found_while_planning_in_the_child_is_the_same_error(
 ) -> None:  # noqa: ANN001
     run_tiny(tiny_task, tiny_models["bert"], "--workers", "2", "--set", "max_length=-3", expect=2)
     assert "max_length" in capsys.readouterr().err
+
+
+def test_a_worker_keeps_no_pretrained_weights_between_trials(tiny_models) -> None:  # noqa: ANN001
+    """Each trial reads the encoder from disk: the process keeps only the names of the weights the
+    checkpoint lacked, never a tensor, and loading leaves torch's RNG (the trial's stream) alone."""
+    import torch
+
+    from suite.model import encoders
+
+    model = str(tiny_models["bert"])
+    torch.manual_seed(7)
+    state = torch.get_rng_state()
+    first = encoders.load_encoder(model)
+    assert torch.equal(torch.get_rng_state(), state)
+    second = encoders.load_encoder(model)
+    assert first is not second and first.training
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(first.state_dict().values(), second.state_dict().values(), strict=True)
+    )
+    assert encoders._PRETRAINED[encoders.resolve(model)] == first.checkpoint_missing == ()
+    held = weakref.ref(first)
+    del first
+    gc.collect()
+    assert held() is None  # nothing in the process holds a loaded encoder
+
+
+def test_the_subsample_module_loads_scikit_learn_only_to_stratify() -> None:
+    probe = "import sys, suite.data.subsample as s; print('sklearn' in sys.modules)"
+    found = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert found.stdout.strip() == "False"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 
 
 def subsample_indices(
@@ -23,6 +22,9 @@ def subsample_indices(
         return np.arange(n_total)
     everything = np.arange(n_total)
     if strata is not None:
+        # Imported here: a process that draws no stratified subsample never loads scikit-learn.
+        from sklearn.model_selection import train_test_split
+
         try:
             chosen, _ = train_test_split(everything, train_size=int(size), stratify=strata, random_state=seed)
             return np.sort(chosen)

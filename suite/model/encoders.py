@@ -1,9 +1,8 @@
-"""Encoder registry: short aliases, local folders and hub ids; weights loaded once per process."""
+"""Encoder registry: short aliases, local folders and hub ids; weights read from disk for every trial."""
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import inspect
 import logging
@@ -73,10 +72,11 @@ def resolve(name: str) -> str:
     return target
 
 
-def _from_pretrained(loader: Any, target: str, name: str, **kwargs: Any) -> Any:
+def _from_pretrained(loader: Any, target: str, name: str, local: bool = False, **kwargs: Any) -> Any:
+    """`loader.from_pretrained`, from local files only when offline or `local` (already fetched)."""
     offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
     try:
-        return loader.from_pretrained(target, local_files_only=offline, **kwargs)
+        return loader.from_pretrained(target, local_files_only=offline or local, **kwargs)
     except (OSError, ValueError) as err:
         known = ", ".join(sorted(ALIASES))
         why = "offline and not in the local cache" if offline else str(err).splitlines()[0]
@@ -130,7 +130,9 @@ def with_prefix_space(tokenizer: Any) -> Any:
     return tokenizer
 
 
-_PRETRAINED: dict[str, PreTrainedModel] = {}
+# Checkpoint -> the weights it lacks, from its first load in this process (which shows its load
+# report); its weights themselves are not kept (`load_encoder`).
+_PRETRAINED: dict[str, tuple[str, ...]] = {}
 
 
 class _HeldRecords(logging.Filter):
@@ -157,19 +159,23 @@ def _held_load_report() -> Iterator[_HeldRecords]:
 
 
 def load_encoder(name: str) -> PreTrainedModel:
-    """A fresh copy of the pretrained encoder; the weights are read from disk once per process.
+    """A fresh copy of the pretrained encoder, read from disk at every call: a worker holds no
+    copy of the pretrained weights between its trials (a deep copy of a kept one cost MiniLM's
+    87 MB for the worker's life; benchmarks/RESULTS.md). A hub checkpoint is fetched once.
 
     The names of the weights the checkpoint did not hold (transformers' own `missing_keys`: a
     masked-LM checkpoint, as `run_mlm.py` saves after domain-adaptive pretraining, has no pooler)
-    are kept with it, `checkpoint_missing`: transformers drew them once, at load, from the global
-    RNG; every trial re-draws them under its init seed (`draw_missing`)."""
+    are kept with it, `checkpoint_missing`: transformers draws them at load, from a fork of torch's
+    RNG (the caller's stream is left as it was); every trial re-draws them under its init seed
+    (`draw_missing`)."""
     target = resolve(name)
-    if target not in _PRETRAINED:
-        with _held_load_report() as held:
-            model, info = _from_pretrained(
-                AutoModel, target, name, dtype=torch.float32, output_loading_info=True
-            )
-        missing = tuple(sorted(info["missing_keys"]))
+    first = target not in _PRETRAINED
+    with torch.random.fork_rng(devices=[]), _held_load_report() as held:
+        model, info = _from_pretrained(
+            AutoModel, target, name, local=not first, dtype=torch.float32, output_loading_info=True
+        )
+    missing = tuple(sorted(info["missing_keys"]))
+    if first:  # its load report once per process
         # A checkpoint that lacks only its pooler loads without transformers' load report: its
         # trials draw the pooler and record it. Anything else keeps the report (a wrong
         # checkpoint misses far more).
@@ -177,10 +183,10 @@ def load_encoder(name: str) -> PreTrainedModel:
         for record in held.records:
             if not (quiet and "LOAD REPORT" in record.getMessage()):
                 logging.getLogger(record.name).handle(record)
-        model.checkpoint_missing = missing
-        _PRETRAINED[target] = model
+        _PRETRAINED[target] = missing
+    model.checkpoint_missing = missing
     # from_pretrained returns eval mode; training needs dropout on.
-    return copy.deepcopy(_PRETRAINED[target]).train()
+    return model.train()
 
 
 def missing_weights(encoder: PreTrainedModel) -> list[str]:

@@ -9,12 +9,20 @@ are listed in `suite.config.task.METRICS_BY_HEAD` (a test keeps the two in step)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats
-from sklearn import metrics as skm
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
+
+
+def _sk() -> Any:
+    """scikit-learn's metrics, imported at first use: a process that scores no class (QA) never
+    loads scikit-learn (~70 MB resident)."""
+    from sklearn import metrics
+
+    return metrics
 
 
 def _pearson(y: np.ndarray, p: np.ndarray) -> float:
@@ -26,8 +34,8 @@ def _spearman(y: np.ndarray, p: np.ndarray) -> float:
 
 
 CLASSIFICATION: dict[str, Metric] = {
-    "accuracy": lambda y, p: skm.accuracy_score(y, p),
-    "matthews": lambda y, p: skm.matthews_corrcoef(y, p),
+    "accuracy": lambda y, p: _sk().accuracy_score(y, p),
+    "matthews": lambda y, p: _sk().matthews_corrcoef(y, p),
 }
 REGRESSION: dict[str, Metric] = {"pearson": _pearson, "spearman": _spearman}
 
@@ -37,8 +45,8 @@ def _f1(num_labels: int) -> Metric:
     MRPC; macro F1 over the spec's classes otherwise. Decided by the spec, never by the labels a
     run happens to predict."""
     if num_labels == 2:
-        return lambda y, p: skm.f1_score(y, p, average="binary", zero_division=0)
-    return lambda y, p: skm.f1_score(y, p, average="macro", labels=list(range(num_labels)), zero_division=0)
+        return lambda y, p: _sk().f1_score(y, p, average="binary", zero_division=0)
+    return lambda y, p: _sk().f1_score(y, p, average="macro", labels=list(range(num_labels)), zero_division=0)
 
 
 def classification_scores(
