@@ -70,7 +70,8 @@ def validate(refs: list[str], sets: tuple[dict[str, Any], dict[str, Any]] = ({},
 
 
 def list_all() -> None:
-    """Shipped tasks and sweeps (run by name), local ones (./tasks, ./sweeps), model aliases."""
+    """Shipped tasks and sweeps (run by name), local ones (./tasks, ./sweeps), model aliases; for
+    each task, where its data comes from (`$SUITE_DATA_DIR`, or the hub)."""
     from suite.model.encoders import ALIASES
 
     for kind in ("tasks", "sweeps"):
@@ -93,8 +94,12 @@ def _list_kind(kind: Kind, folder: Path, note: str) -> None:
 
 
 def _task_line(path: Path) -> str:
+    from suite.data.hub import origin_line
+    from suite.data.paths import data_dir
+
     t = load_task(path, None)
-    return f"{t.head}  {t.metric.main}  sizes [{', '.join(map(str, t.sizes))}]  sweep {Path(t.sweep).stem}"
+    line = f"{t.head}  {t.metric.main}  sizes [{', '.join(map(str, t.sizes))}]  sweep {Path(t.sweep).stem}"
+    return f"{line}\n  {'':12s}  data: {origin_line(t.data, data_dir())}"
 
 
 def _sweep_line(path: Path) -> str:
