@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from suite.config.reading import profile_names, read_yaml
 from suite.config.resources import Kind, local_dir, resolve, resolve_sweep_path, shipped_dir, yaml_files
 from suite.config.sweep import load_sweep
-from suite.config.task import load_task
+from suite.config.task import DataSpec, load_task
 from suite.errors import SpecError, SuiteError
 
 
@@ -94,12 +95,37 @@ def _list_kind(kind: Kind, folder: Path, note: str) -> None:
 
 
 def _task_line(path: Path) -> str:
-    from suite.data.hub import origin_line
     from suite.data.paths import data_dir
 
     t = load_task(path, None)
     line = f"{t.head}  {t.metric.main}  sizes [{', '.join(map(str, t.sizes))}]  sweep {Path(t.sweep).stem}"
     return f"{line}\n  {'':12s}  data: {origin_line(t.data, data_dir())}"
+
+
+OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # what datasets itself reads
+# datasets' packaged loaders: `path` names one of these and `data_files` the files it reads.
+PACKAGED_LOADERS = ("json", "csv", "parquet", "text", "arrow")
+
+
+def origin_line(data: DataSpec, root: Path | None) -> str:
+    """Where a task's examples would come from: local files under the data directory (present
+    or missing), files a packaged loader reads, or a hub repository and its revision."""
+    from suite.data.hub import use_hub
+
+    if not use_hub(data, root):
+        state = "present" if (Path(root or ".") / (data.local or "")).is_dir() else "missing"
+        return f"local {data.local} ({state} under {root})"
+    hub = data.hub
+    files = [f for v in (hub.data_files or {}).values() for f in ([v] if isinstance(v, str) else v)]
+    if hub.path in PACKAGED_LOADERS:
+        return f"{hub.path} files {', '.join(files)}"
+    config = f" {hub.name}" if hub.name else ""
+    # A parquet branch keeps each configuration in its own folder: name it, not every file.
+    folders = f" ({', '.join(sorted({f.split('/')[0] for f in files if '/' in f}))})" if files else ""
+    offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in OFFLINE_VARS)
+    where = "offline now: only from the datasets cache" if offline else "needs the network or a cache"
+    local = f"; local {data.local} when a data directory is set" if data.local else ""
+    return f"hub {hub.path}{config}@{hub.revision or 'main'}{folders}: {where}{local}"
 
 
 def _sweep_line(path: Path) -> str:

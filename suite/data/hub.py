@@ -11,7 +11,6 @@ is set; which one was used is recorded (`data_origin`) in run.json.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -41,35 +40,6 @@ def data_origin(data: DataSpec, root: Path | None) -> dict[str, Any]:
         return {"kind": "hub", "path": hub.path, "name": hub.name, "revision": hub.revision,
                 "data_files": hub.data_files}  # fmt: skip
     return {"kind": "local", "folder": str(Path(root or ".") / (data.local or ""))}
-
-
-def origin_line(data: DataSpec, root: Path | None) -> str:
-    """Where a task's examples would come from, for `suite list`: local files under the data
-    directory (present or missing), files a packaged loader reads, or a hub repository."""
-    if not use_hub(data, root):
-        folder = Path(root or ".") / (data.local or "")
-        state = "present" if folder.is_dir() else "missing"
-        return f"local {data.local} ({state} under {root})"
-    hub = data.hub
-    if hub.path in PACKAGED_LOADERS:
-        return f"{hub.path} files {', '.join(_flat(list((hub.data_files or {}).values())))}"
-    config = f" {hub.name}" if hub.name else ""
-    files = f" ({_config_folders(hub)})" if hub.data_files else ""
-    offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in OFFLINE_VARS)
-    where = "offline now: only from the datasets cache" if offline else "needs the network or a cache"
-    local = f"; local {data.local} when a data directory is set" if data.local else ""
-    return f"hub {hub.path}{config}@{hub.revision or 'main'}{files}: {where}{local}"
-
-
-OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # what datasets itself reads
-# datasets' packaged loaders: `path` names one of these and `data_files` the files it reads.
-PACKAGED_LOADERS = ("json", "csv", "parquet", "text", "arrow")
-
-
-def _config_folders(hub: HubSource) -> str:
-    # A parquet branch keeps each configuration in its own folder: name it, not every file.
-    tops = {f.split("/")[0] for f in _flat(list((hub.data_files or {}).values())) if "/" in f}
-    return ", ".join(sorted(tops)) or "files"
 
 
 def source_sha256(source: str) -> str | None:
