@@ -108,14 +108,14 @@ def test_list_says_where_each_tasks_data_comes_from(
         hub = _raw(REPO / "tasks" / f"{task}.yaml")["data"]["hub"]
         assert with_data[task].startswith(f"hub {hub['path']}@{hub['revision']}"), with_data[task]
         assert "offline now: only from the datasets cache" in with_data[task]  # HF_HUB_OFFLINE
-    assert with_data["rte"] == f"local glue/RTE (present under {shared_data})"
+    assert with_data["rte"] == f"files glue/RTE (present under {shared_data})"
 
     monkeypatch.setenv("SUITE_DATA_DIR", str(tmp_path))  # a data directory without the files
-    assert listed()["rte"] == f"local glue/RTE (missing under {tmp_path})"
+    assert listed()["rte"] == f"files glue/RTE (missing under {tmp_path})"
     monkeypatch.delenv("SUITE_DATA_DIR")
     monkeypatch.delenv("HF_HUB_OFFLINE")
     without = listed()
     assert without["rte"] == (
-        "hub nyu-mll/glue rte@main: needs the network or a cache; local glue/RTE when a data directory is set"
+        "hub nyu-mll/glue rte@main: needs the network or a cache; files glue/RTE once a data directory is set"
     )
     assert set(without) == {p.stem for p in (REPO / "tasks").glob("*.yaml")}

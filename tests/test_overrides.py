@@ -100,7 +100,8 @@ def test_tasks_and_sweeps_by_name_from_any_directory(tmp_path: Path, monkeypatch
     assert resolve("ner", "tasks", "task") == shipped_dir("tasks") / "ner.yaml"
     assert resolve("tasks/ner.yaml", "tasks", "task") == shipped_dir("tasks") / "ner.yaml"
     assert resolve("devlin", "sweeps", "--sweep") == shipped_dir("sweeps") / "devlin.yaml"
-    with pytest.raises(SpecError, match=r"task 'nre': no such file, and no task by that name \(known: cola"):
+    known = r"task 'nre': no such file, and no task by that name \(known: boolq, cola"
+    with pytest.raises(SpecError, match=known):
         resolve("nre", "tasks", "task")
     (tmp_path / "tasks").mkdir()
     shutil.copy(REPO / "tasks/rte.yaml", tmp_path / "tasks/ner.yaml")  # a local file shadows a name

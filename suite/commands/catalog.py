@@ -108,13 +108,13 @@ PACKAGED_LOADERS = ("json", "csv", "parquet", "text", "arrow")
 
 
 def origin_line(data: DataSpec, root: Path | None) -> str:
-    """Where a task's examples would come from: local files under the data directory (present
-    or missing), files a packaged loader reads, or a hub repository and its revision."""
+    """Where a task's examples would come from: files under the data directory (present or
+    missing), files a packaged loader reads, or a hub repository and its revision."""
     from suite.data.hub import use_hub
 
     if not use_hub(data, root):
         state = "present" if (Path(root or ".") / (data.local or "")).is_dir() else "missing"
-        return f"local {data.local} ({state} under {root})"
+        return f"files {data.local} ({state} under {root})"
     hub = data.hub
     files = [f for v in (hub.data_files or {}).values() for f in ([v] if isinstance(v, str) else v)]
     if hub.path in PACKAGED_LOADERS:
@@ -124,7 +124,7 @@ def origin_line(data: DataSpec, root: Path | None) -> str:
     folders = f" ({', '.join(sorted({f.split('/')[0] for f in files if '/' in f}))})" if files else ""
     offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in OFFLINE_VARS)
     where = "offline now: only from the datasets cache" if offline else "needs the network or a cache"
-    local = f"; local {data.local} when a data directory is set" if data.local else ""
+    local = f"; files {data.local} once a data directory is set" if data.local else ""
     return f"hub {hub.path}{config}@{hub.revision or 'main'}{folders}: {where}{local}"
 
 
