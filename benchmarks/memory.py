@@ -205,7 +205,7 @@ def mark(stage):
 mark("start")
 import torch, lightning, transformers  # noqa: E401
 mark("import torch, transformers, lightning")
-from suite.commands.run import run_worker  # noqa: F401 - what `suite worker` imports before its setup
+from suite.study.worker import run_worker  # noqa: F401 - what `suite worker` imports before its setup
 from suite.study import work  # noqa: F401
 mark("import suite (worker)")
 from suite.config.request import Request

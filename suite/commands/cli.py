@@ -271,7 +271,12 @@ def main(argv: list[str] | None = None) -> int:
             notebook, page = make_report(Path(args.run))
             print(f"wrote {notebook} and {page}")
         elif args.command == "compare":
-            compare_command(args)
+            from suite.commands.compare import compare_runs
+
+            compare_runs(
+                Path(args.run_a), [Path(r) for r in args.run_b or ()], args.size, args.setting,
+                args.reference, args.all_pairs, Path(args.plot) if args.plot else None,
+            )  # fmt: skip
         elif args.command == "site":
             from suite.outputs.site import write_site
 
@@ -328,66 +333,3 @@ def launch_of(args: argparse.Namespace) -> Launch:
         options=tuple(args.slurm_option or ()),
         wait=args.wait,
     )
-
-
-def compare_command(args: argparse.Namespace) -> None:
-    from suite.stats.compare import (
-        check_studies,
-        class_count,
-        compare,
-        format_comparison,
-        load_records,
-        parse_setting,
-    )
-
-    info_a, a = load_records(Path(args.run_a))
-    metric = info_a.get("task", {}).get("metric", {}).get("main", "score")
-    setting = parse_setting(args.setting)
-    classes = class_count(info_a)  # the task's classes decide F1 and Matthews
-    if not args.run_b and args.all_pairs:
-        from suite.stats.compare import compare_matrix, format_matrix, recipe_of
-
-        names = list(dict.fromkeys(r for x in a if (r := recipe_of(x)) is not None))
-        if len(names) < 2:
-            raise SuiteError(
-                f"{args.run_a}: --all-pairs compares the recipes of a study; it has {len(names)}"
-            )
-        studies = [(name, [x for x in a if recipe_of(x) == name]) for name in names]
-        print(format_matrix(compare_matrix(studies, size=args.size, setting=setting, num_labels=classes)))
-        return
-    if not args.run_b:
-        from suite.stats.compare import format_recipe_table, recipe_table
-
-        try:
-            references = info_a.get("sweep", {}).get("references")
-            tables = recipe_table(a, args.reference, size=args.size, setting=setting, references=references)
-        except SuiteError as err:
-            raise SuiteError(f"{args.run_a}: {err}") from None
-        print(format_recipe_table(tables, metric))
-        return
-    if args.reference:
-        raise SuiteError("--reference: names a recipe of one study; give one run folder")
-    if len(args.run_b) > 1:
-        from suite.stats.compare import compare_matrix, format_matrix
-
-        studies = [(args.run_a, a)]
-        for run in args.run_b:
-            info, records = load_records(Path(run))
-            check_studies(info_a, info)
-            studies.append((run, records))
-        print(format_matrix(compare_matrix(studies, size=args.size, setting=setting, num_labels=classes)))
-        return
-    info_b, b = load_records(Path(args.run_b[0]))
-    check_studies(info_a, info_b)
-    labels = (args.run_a, args.run_b[0])
-    result = compare(a, b, size=args.size, setting=setting, num_labels=classes)
-    print(format_comparison(result, labels, metric))
-    if args.plot:
-        from suite.outputs.plots import compare_runs
-        from suite.stats.compare import block_runs
-
-        plot = Path(args.plot)
-        for name, runs_a, runs_b in block_runs(result, a, b):  # one figure per block: never pooled
-            out = plot if len(result["blocks"]) == 1 else plot.with_name(f"{plot.stem}-{name}{plot.suffix}")
-            compare_runs(runs_a, runs_b, labels, metric).savefig(out, dpi=120)
-            print(f"wrote {out}")

@@ -20,14 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suite.commands.run import exit_status, interrupted_note, watch, worker, write_outputs
+from suite.commands.run import worker
 from suite.config.request import Request
 from suite.data.paths import data_dir
 from suite.errors import SpecError, SuiteError
 from suite.model.devices import usable_cpus
+from suite.outputs.run_folder import write_outputs
 from suite.study.planning import now, plan_study
 from suite.study.setup import Setup
 from suite.study.storage import public_url, write_atomic
+from suite.study.worker import exit_status, interrupted_note, watch
 
 EXECUTORS = ("slurm", "local")
 # What nodes of a cluster can share: a database server. SQLite's file locks (and the queue's flock
@@ -99,7 +101,7 @@ def launch(request: Request, how: Launch) -> int:
         _report_failed(jobs)
     else:
         print(f"study {s.name!r}: every planned trial has ended; no worker submitted")
-    write_outputs(study, s.folder, s.task)
+    print(write_outputs(study, s.folder, s.task)[1])
     return exit_status(study)
 
 

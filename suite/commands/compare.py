@@ -1,0 +1,89 @@
+"""`suite compare`: one study's recipes (a table, or every pair with --all-pairs), two studies
+(blocks, verdicts, P(A > B), a plot per block), or several (a matrix): never pooled across
+(size, setting), and only studies of one task and metric (`check_studies`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from suite.errors import SuiteError
+from suite.stats.compare import (
+    check_studies,
+    class_count,
+    compare,
+    compare_matrix,
+    format_comparison,
+    format_matrix,
+    format_recipe_table,
+    load_records,
+    parse_setting,
+    recipe_of,
+    recipe_table,
+)
+
+Records = list[dict[str, Any]]
+
+
+def compare_runs(
+    run_a: Path,
+    runs_b: list[Path],
+    size: str | None,
+    setting: str | None,
+    reference: str | None,
+    all_pairs: bool,
+    plot: Path | None,
+) -> None:
+    """Print the comparison the arguments ask for (see the module's docstring)."""
+    info_a, a = load_records(run_a)
+    metric = info_a.get("task", {}).get("metric", {}).get("main", "score")
+    chosen = parse_setting(setting)
+    classes = class_count(info_a)  # the task's classes decide F1 and Matthews
+    if not runs_b:
+        print(_recipes(run_a, info_a, a, size, chosen, reference, all_pairs, classes, metric))
+        return
+    if reference:
+        raise SuiteError("--reference: names a recipe of one study; give one run folder")
+    studies = [(str(run_a), a)]
+    for run in runs_b:
+        info, records = load_records(run)
+        check_studies(info_a, info)
+        studies.append((str(run), records))
+    if len(studies) > 2:
+        print(format_matrix(compare_matrix(studies, size=size, setting=chosen, num_labels=classes)))
+        return
+    labels = (str(run_a), str(runs_b[0]))
+    result = compare(a, studies[1][1], size=size, setting=chosen, num_labels=classes)
+    print(format_comparison(result, labels, metric))
+    if plot:
+        _plot(result, a, studies[1][1], labels, metric, plot)
+
+
+def _recipes(
+    run: Path, info: dict, records: Records, size: str | None, setting: Any, reference: str | None,
+    all_pairs: bool, classes: int | None, metric: str,
+) -> str:  # fmt: skip
+    """One study's recipes: every pair (`all_pairs`) or the table against `reference`."""
+    if all_pairs:
+        names = list(dict.fromkeys(r for x in records if (r := recipe_of(x)) is not None))
+        if len(names) < 2:
+            raise SuiteError(f"{run}: --all-pairs compares the recipes of a study; it has {len(names)}")
+        studies = [(name, [x for x in records if recipe_of(x) == name]) for name in names]
+        return format_matrix(compare_matrix(studies, size=size, setting=setting, num_labels=classes))
+    try:
+        references = info.get("sweep", {}).get("references")
+        tables = recipe_table(records, reference, size=size, setting=setting, references=references)
+    except SuiteError as err:
+        raise SuiteError(f"{run}: {err}") from None
+    return format_recipe_table(tables, metric)
+
+
+def _plot(result: dict, a: Records, b: Records, labels: tuple[str, str], metric: str, plot: Path) -> None:
+    """One figure per block: never pooled."""
+    from suite.outputs.plots import compare_runs as figure
+    from suite.stats.compare import block_runs
+
+    for name, runs_a, runs_b in block_runs(result, a, b):
+        out = plot if len(result["blocks"]) == 1 else plot.with_name(f"{plot.stem}-{name}{plot.suffix}")
+        figure(runs_a, runs_b, labels, metric).savefig(out, dpi=120)
+        print(f"wrote {out}")

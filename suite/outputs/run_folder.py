@@ -1,0 +1,97 @@
+"""A run folder's files, of one study: run.json, trials.jsonl (every ended trial, every attempt),
+leaderboard.json; the summary table `run` prints; a storage's studies exported to JSONL or CSV."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from suite.config.task import TaskSpec
+
+
+def write_outputs(study: Any, folder: Path, task: TaskSpec) -> tuple[list[dict[str, Any]], str]:
+    """The run folder's files, of this study only: run.json, trials.jsonl (every ended trial,
+    every attempt), leaderboard.json. Returns the final records and the summary to print (the
+    table, a mixed stack, a recipe study's recipe table)."""
+    from suite.outputs.leaderboard import write_leaderboard
+    from suite.study.plan import finished_records, study_records
+    from suite.study.storage import write_atomic, write_jsonl
+
+    info = {**study.user_attrs["run_info"], "fingerprint": study.user_attrs.get("fingerprint")}
+    write_atomic(folder / "run.json", json.dumps(info, indent=2) + "\n")
+    write_jsonl(folder / "trials.jsonl", study_records(study))
+    write_leaderboard([folder], folder / "leaderboard.json")
+    records = sorted(finished_records(study).values(), key=lambda r: r.get("trial_number", 0))
+    lines = [format_summary(task, records, folder)]
+    if info.get("stack_mixed"):
+        stacks = info.get("stacks", [])
+        differ = sorted({k for x in stacks for k in x if len({json.dumps(y.get(k)) for y in stacks}) > 1})
+        seen = " vs ".join(", ".join(f"{k} {x.get(k)}" for k in differ) for x in stacks)
+        lines.append(
+            f"mixed software stack (resumed with --allow-stack-change): {seen}; each trial records its own"
+        )
+    if any(r.get("hparams", {}).get("recipe") for r in records):  # a recipe study: its table
+        from suite.stats.compare import format_recipe_table, recipe_table
+
+        references = info.get("sweep", {}).get("references")
+        lines.append(format_recipe_table(recipe_table(records, references=references), task.metric.main))
+    return records, "\n".join(lines)
+
+
+def export(run: Path, storage: str | None, study: str | None, every: bool, output: Path) -> int:
+    """A run folder's study (or `every` study of its storage) to JSONL or CSV; returns the trials
+    written."""
+    from suite.study.plan import export_studies
+    from suite.study.storage import storage_of, write_jsonl
+
+    url = storage_of(storage or run)
+    name = study
+    if name is None and not every and not storage:
+        name = (
+            json.loads((run / "run.json").read_text()).get("study") if (run / "run.json").is_file() else None
+        )
+    records = [r for _, rs in export_studies(url, None if every else name) for r in rs]
+    if output.suffix == ".csv":
+        import pandas as pd
+
+        pd.json_normalize(records).drop(columns=["loss_curve"], errors="ignore").to_csv(output, index=False)
+    else:
+        write_jsonl(output, records)
+    return len(records)
+
+
+def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) -> str:
+    """One row per (size, full setting): runs, median, IQR, min, max, failed runs; then the
+    trials that are not runs (errored, pruned) and why."""
+    from suite.stats.estimates import summarize
+    from suite.study.records import outcome, setting_key, setting_labels
+
+    split = "dev" if task.eval_split == "validation" else task.eval_split
+    lines = [
+        f"{task.name} ({task.metric.main} x100, {split}) -> {folder / 'trials.jsonl'}",
+        f"{'size':>6s} {'setting':28s} {'n':>4s} {'median':>7s} {'IQR':>7s} {'min':>7s} {'max':>7s}  failed",
+    ]
+    labels = setting_labels(records)
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((str(r["size"]), labels[setting_key(r["hparams"])]), []).append(r)
+    for (size, setting), rows in groups.items():
+        s = summarize(rows)
+        a = s["all"]
+        cells = (
+            " ".join(f"{100 * a[k]:7.2f}" for k in ("median", "iqr", "min", "max"))
+            if a.get("n")
+            else "no scored runs"
+        )
+        apart = ", ".join(f"{s[k]} {k}" for k in ("errored", "pruned") if s[k])
+        lines.append(
+            f"{size:>6s} {setting:28s} {a['n']:4d} {cells}  {s['failed']}/{s['runs']}"
+            + (f"  ({apart}: not runs)" if apart else "")
+        )
+    odd = [r for r in records if outcome(r) in ("failed", "errored")]
+    for r in odd[:5]:
+        lines.append(f"  {outcome(r)} trial {r.get('trial_number', '?')} (seeds {r['seeds']}): {r['reason']}")
+    if len(odd) > 5:
+        lines.append(f"  ... and {len(odd) - 5} more failed or errored trials (see trials.jsonl)")
+    return "\n".join(lines)

@@ -1,0 +1,174 @@
+"""A study's worker, wherever it runs: joins a stored study (refusing one it would not run the same
+way), takes trials until none is left with a progress bar, and says what ended (`exit_status`)
+or what a stop left (`interrupted_note`); `watch` shows a study's progress from outside."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+from suite.config.request import Request
+from suite.errors import SuiteError
+from suite.study.setup import Setup, join_study
+from suite.study.storage import public_url
+
+PUT_BACK = "a running trial went back to the queue"
+# tqdm's own ETA counts completions; the postfix carries the one from the measured time per step
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+
+
+def exit_status(study: Any) -> int:
+    """0 when every planned trial ended as a run; 1 (and why) when some did not."""
+    from suite.study.plan import finished_records, planned_keys
+    from suite.study.records import outcome
+
+    final = finished_records(study)
+    errored = [r for r in final.values() if outcome(r) == "errored"]
+    missing = sorted(planned_keys(study) - set(final))
+    for r in errored[:5]:
+        print(
+            f"errored trial {r.get('trial_number', '?')} (seeds {r.get('seeds')}): {r.get('reason')}",
+            file=sys.stderr,
+        )
+    if missing:
+        print(
+            f"{len(missing)} planned trials did not end (a worker died?); rerun to continue", file=sys.stderr
+        )
+    if errored or missing:
+        print(
+            f"{len(errored)} errored, {len(missing)} unfinished: rerun the same command to retry them",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def watch(study: Any, planned: int, workers: int, running: Any, desc: str, poll_s: float = 2.0) -> None:
+    """A progress bar until `running()` turns false: trials ended of planned, each running trial's
+    epoch, step and last dev score, and the time left from the measured time per step."""
+    from tqdm.auto import tqdm
+
+    from suite.study.progress import study_progress
+
+    with tqdm(desc=desc, total=planned, unit="trial", bar_format=BAR_FORMAT) as bar:
+        while running():
+            _show(bar, study_progress(study, planned, workers))
+            time.sleep(poll_s)
+        _show(bar, study_progress(study, planned, workers))
+
+
+def _show(bar: Any, progress: Any) -> None:
+    bar.total = progress.planned
+    bar.update(progress.ended - bar.n)
+    bar.set_postfix_str(progress.describe(), refresh=True)
+
+
+def planned_count(s: Setup) -> int:
+    from suite.study.setup import planned_trials
+
+    return planned_trials(s.task, s.sweep)
+
+
+def interrupted_note(study: Any, planned: int, running: str = PUT_BACK) -> str:
+    """What Ctrl-C leaves: trials ended, trials left, what became of the running ones, how to go on."""
+    from suite.study.plan import ended_runs
+
+    ended = len(ended_runs(study))
+    left = max(0, planned - ended)
+    return (
+        f"interrupted: {ended} of {planned} planned trials ended, {left} left ({running}); "
+        "rerun the same command to resume: ended trials are kept, not rerun"
+    )
+
+
+def run_worker(study: Any, s: Setup, progress: bool) -> int:
+    from tqdm.auto import tqdm
+
+    from suite.study.plan import finished_records
+    from suite.study.progress import study_progress
+    from suite.study.work import work
+
+    info = study.user_attrs["run_info"]
+    stamp = {
+        "worker": f"{socket.gethostname()}:{os.getpid()}",
+        "study": study.study_name,
+        "sweep": s.sweep.name,
+        "profile": info.get("profile"),
+        "eval_split": s.prepared.spec.eval_split,
+        "stack": s.stack,
+    }
+    planned = planned_count(s)
+    bar = tqdm(
+        desc="trials",
+        total=planned,
+        initial=len(finished_records(study)),
+        disable=not progress,
+        unit="trial",
+        bar_format=BAR_FORMAT,
+    )
+
+    def done(record: dict[str, Any]) -> None:
+        score = record.get("score")
+        text = f"{record['metric']}={score:.3f}" if score is not None else "no score"
+        eta = study_progress(study, planned, 1).describe(limit=0) if progress else ""
+        bar.set_postfix_str(f"{text} {record['outcome']} | {eta}")
+        bar.update()
+
+    try:
+        return work(study, s.prepared, s.model, s.sweep, stamp, s.trainer, progress, on_done=done)
+    finally:
+        bar.close()
+
+
+
+def open_joined(request: Request) -> tuple[Any, Setup]:
+    """The stored study `request` names and this worker's setup for it, checked against the study
+    (`suite worker`: another data file, model, thread count or suite version is refused)."""
+    import optuna
+
+    from suite.study.storage import open_storage
+
+    if request.offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+    storage = open_storage(str(request.storage))
+    try:
+        study = optuna.load_study(study_name=request.study, storage=storage)
+    except KeyError:
+        raise SuiteError(
+            f"--study {request.study!r}: no such study in {public_url(str(request.storage))}"
+        ) from None
+    info = study.user_attrs.get("run_info")
+    if not info:
+        raise SuiteError(f"study {request.study!r}: has no run info (start it with `suite run`)")
+    s = join_study(request, info)
+    import torch
+
+    torch.set_num_threads(s.threads)
+    _join_checked(study, s)
+    return study, s
+
+
+def _join_checked(study: Any, s: Setup) -> None:
+    """Refuse a stored study this worker would not run the same way; store this worker's stack
+    when the study has none yet (planned by `launch`), or mark it mixed for an allowed stack."""
+    from suite.study.planning import adopt_stack, with_stack
+    from suite.study.resume import resumption
+
+    def check() -> Any:  # the study's attributes are read afresh on each call
+        stored, info = study.user_attrs.get("fingerprint"), study.user_attrs.get("run_info")
+        allow = s.request.allow_stack_change
+        return resumption(stored, s.fingerprint, info, s.task, s.sweep, s.name, public_url(s.url), allow)
+
+    how = check()
+    if how.grown:  # `run` re-plans a study; a worker runs the plan it finds
+        raise SuiteError(
+            f"study {s.name!r}: its stored plan differs from its run info; rerun `suite run` first"
+        )
+    if how.adopt_stack and not adopt_stack(study, s):  # another worker stored its stack first
+        how = check()
+    if how.stack_changed:  # re-read just before writing: other workers may have added their stacks
+        study.set_user_attr("run_info", with_stack(study.user_attrs["run_info"], s.stack))
+
