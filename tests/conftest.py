@@ -29,6 +29,17 @@ def _gpu_tests_see_the_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.M
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _threads_per_test_process() -> None:
+    """Under pytest-xdist (`make test -n auto`), the tests' own training shares the cores: each test
+    process takes its share of torch threads (oversubscribed OpenMP threads spin and crawl)."""
+    processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if processes > 1:
+        import torch
+
+        torch.set_num_threads(max(1, torch.get_num_threads() // processes))
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _feature_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["SUITE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
 
