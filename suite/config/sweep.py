@@ -47,6 +47,21 @@ class HParams(Strict):
         description="the head's input: the last layer, or the last four concatenated under a small "
         "MLP (classification) or a 2-layer BiLSTM (tagging): Devlin et al. 2019 s5.3, feature-based",
     )
+    # Parameter-efficient fine-tuning (suite/model/adapters.py): what of the encoder trains.
+    adapter: Literal["none", "lora", "bitfit"] = Field(
+        "none",
+        description="none: full fine-tuning; lora: low-rank updates of the attention projections "
+        "(Hu et al. 2021); bitfit: the encoder's bias terms (Ben Zaken et al. 2022); the head always trains",
+    )
+    lora_r: Int = Field(8, ge=1, description="LoRA rank")
+    lora_alpha: Float = Field(8.0, gt=0, description="LoRA scaling: the update is x alpha / r")
+    lora_dropout: Float = Field(0.0, ge=0, lt=1, description="dropout on the LoRA branch's input")
+    lora_targets: str = Field(
+        "auto",
+        min_length=1,
+        description="comma-separated names of the modules LoRA adapts; auto: the family's "
+        "attention query and value projections",
+    )
     recipe: str | None = Field(None, description="the sweep recipe this setting belongs to (a label)")
 
     @model_validator(mode="after")
@@ -55,13 +70,30 @@ class HParams(Strict):
             raise FieldError("reinit_layers", "re-initialised layers of a frozen encoder would stay random")
         if self.freeze == "encoder" and self.llrd != 1:
             raise FieldError("llrd", "a frozen encoder has no layer learning rates to decay")
+        if self.adapter != "none" and self.freeze != "none":
+            raise FieldError(
+                "adapter",
+                f"{self.adapter} decides itself what of the encoder trains; freeze {self.freeze} "
+                "(a linear probe or feature-based recipe) takes no adapter",
+            )
+        if self.adapter != "none" and self.reinit_layers:
+            raise FieldError(
+                "adapter",
+                f"{self.adapter} keeps pretrained weights frozen: re-drawn layers would stay random",
+            )
+        if self.adapter != "lora" and (given := [n for n in LORA if getattr(self, n) != LORA[n]]):
+            raise FieldError(given[0], f"{given[0]} applies to adapter lora only, not {self.adapter}")
         return self
 
     def as_record(self) -> dict[str, Any]:
-        """Every hyperparameter, except a stabiliser at its default and an absent recipe: a
-        setting without them keeps the trial key and record it had before they existed, so
-        studies made then still resume."""
-        return {k: v for k, v in self.model_dump().items() if k not in OPTIONAL or v != OPTIONAL[k]}
+        """Every hyperparameter, except a stabiliser or adapter at its default and an absent
+        recipe: a setting without them keeps the trial key and record it had before they existed,
+        so studies made then still resume. A LoRA setting records all of LoRA's values."""
+        return {
+            k: v
+            for k, v in self.model_dump().items()
+            if (self.adapter == "lora" if k in LORA else k not in OPTIONAL or v != OPTIONAL[k])
+        }
 
     def eval_every(self, n_train: int) -> int:
         """Epochs per dev evaluation. A tiny training set that needs `min_steps` (Splinter's
@@ -83,7 +115,12 @@ OPTIONAL: dict[str, Any] = {
     "head_lr_mult": 1.0,
     "classifier": "task",
     "features": "last",
+    "adapter": "none",
     "recipe": None,
+}
+# LoRA's values: in a LoRA setting's key and record (all of them), in no other setting's.
+LORA: dict[str, Any] = {
+    n: HParams.model_fields[n].default for n in ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")
 }
 SETTABLE = tuple(n for n in HParams.model_fields if n != "recipe")  # `recipe` is a label, set by `recipes:`
 

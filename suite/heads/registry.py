@@ -22,7 +22,7 @@ from suite.heads.base import EncoderModule
 from suite.heads.classification import ClassificationModule
 from suite.heads.span import SpanModule, best_answers, collate_span
 from suite.heads.tagging import TaggingModule
-from suite.model import stabilisers
+from suite.model import adapters, stabilisers
 from suite.model.encoders import default_head, draw_missing
 from suite.model.metrics import (
     entity_scores,
@@ -52,11 +52,12 @@ class PreparedTask:
 
     def build_module(self, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
         """The head, then the encoder weights its checkpoint lacked (those the head kept), then the
-        stabilisers, all from torch's RNG as the caller seeded it (the init seed): the head's
-        weights depend on neither."""
+        stabilisers, then the adapter, all from torch's RNG as the caller seeded it (the init seed):
+        the head's weights depend on none of them."""
         module = self.builder(self, encoder, hparams)
         module.drawn_weights = draw_missing(module.encoder)
         stabilisers.apply(module, hparams)
+        adapters.apply(module, hparams)
         return module
 
     def curve_positions(self) -> np.ndarray | None:

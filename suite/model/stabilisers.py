@@ -28,6 +28,7 @@ from transformers import PreTrainedModel
 
 from suite.config.sweep import HParams, SweepSpec
 from suite.errors import SpecError
+from suite.model import adapters
 from suite.model.encoders import missing_weights
 
 LAYER_LISTS = ("encoder.layer", "transformer.layer", "layers")
@@ -126,16 +127,18 @@ def check_sweep(
     classifier: str = "auto",
     task_where: str | Path = "task",
 ) -> None:
-    """Pre-flight: every planned setting's stabilisers apply to this encoder and its head choice
-    to the task and the checkpoint (a TPE space: every searched value), else one line naming the
-    sweep file and field (or the task's `classifier` field, `task_where`), before any training."""
+    """Pre-flight: every planned setting's stabilisers and adapter apply to this encoder and its
+    head choice to the task and the checkpoint (a TPE space: every searched value), else one line
+    naming the sweep file and field (or the task's `classifier` field, `task_where`), before any
+    training."""
     if sweep.adaptive:
         planned = [{name: v} for name, p in sweep.space.items() for v in p.candidates()] or [{}]
     else:
         planned = sweep.settings()
     for values in planned:
         merged = sweep.merged(values)
-        if found := refusal(encoder, merged) or head_refusal(merged, head, classifier):
+        found = refusal(encoder, merged) or head_refusal(merged, head, classifier)
+        if found := found or adapters.refusal(encoder, merged):
             name, why = found
             raise SpecError(f"{where}: field '{sweep.block_of(values, name)}': {why}")
         chosen = merged.get("classifier", "task")

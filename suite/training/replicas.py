@@ -93,6 +93,8 @@ def check_group(task: PreparedTask, plans: Sequence[TrialPlan]) -> None:
         raise SuiteError("replicate group: split_batches is not supported (set it to false)")
     if first.hparams.features != "last":  # the stacked forward reads the last layer only
         raise SuiteError("replicate group: features last4 is not supported (set it to last)")
+    if first.hparams.adapter != "none":  # stacked state holds the plain encoder's parameters only
+        raise SuiteError(f"replicate group: adapter {first.hparams.adapter} is not supported")
 
 
 def run_replicates(

@@ -30,6 +30,7 @@ from suite.data.module import FeatureDataModule
 from suite.data.pieces import piece_cost
 from suite.errors import SuiteError, TrialDiverged
 from suite.heads.registry import CURVE_SAMPLE_SEED, PreparedTask
+from suite.model.adapters import parameter_counts
 from suite.model.devices import resolve_trainer
 from suite.model.encoders import load_encoder
 
@@ -180,6 +181,7 @@ def _fit(
     record["head"] = getattr(module, "head_name", task.spec.head)
     # Encoder weights the checkpoint lacked (a masked-LM checkpoint's pooler), drawn under the init seed.
     record["drawn_weights"] = list(getattr(module, "drawn_weights", []))
+    record.update(parameter_counts(module))  # what the adapter or freeze leaves training
     module.curve_positions = positions
     torch.manual_seed(plan.seeds.order)  # dropout masks
     datamodule = FeatureDataModule(

@@ -111,7 +111,30 @@ def _row(name: str, side: list[dict[str, Any]], seed: int, resamples: int) -> di
         "failure_rate": found["failure_rate"],
         **{k: found[k] for k in ("median", "iqr", "std")},
         "hparams": side[0]["hparams"],
+        **parameters(side),
     }
+
+
+def parameters(side: list[TrialRecord]) -> dict[str, int | None]:
+    """The trainable and total parameters of a recipe's runs (one model, one adapter: the same in
+    every run); None for runs recorded before trials counted them."""
+    counted = next((r for r in side if r.get("total_params")), {})
+    return {k: counted.get(k) for k in ("trainable_params", "total_params")}
+
+
+def _count(n: int) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
+
+
+def trainable(row: dict[str, Any]) -> str:
+    """A row's trainable parameters and their share of the model's, e.g. `147k (0.65%)`."""
+    if row.get("total_params") is None:
+        return "n/a"
+    share = 100 * row["trainable_params"] / row["total_params"]
+    return f"{_count(row['trainable_params'])} ({share:.3g}%)"
 
 
 def recipe_table(
@@ -233,21 +256,26 @@ def _cells(r: dict[str, Any], notes: _Notes) -> str:
 
 def format_recipe_table(tables: list[dict[str, Any]], metric: str) -> str:
     """One table per (size, setting): a row per recipe, its tests against the reference (p, or a
-    footnote saying why there is none)."""
+    footnote saying why there is none); the trainable parameters where the runs counted them."""
     lines = []
     for t in tables:
         rows, notes = t["rows"], _Notes()
         width = max(len(r["recipe"]) for r in rows)
+        counted = any(r.get("total_params") is not None for r in rows)
         lines += [
             f"recipes at {t['block']}: {metric} x100, dev; failed runs scored; [95% intervals across "
             f"seeds: {rows[0]['median']['unit']}]; each row against its reference (default {t['reference']})",
-            f"{'recipe':{width}s} {'n':>3s}  {'failed [95%]':20s} {'median':20s} {'IQR':20s} "
+            f"{'recipe':{width}s} {'n':>3s}  "
+            + (f"{'trainable':16s} " if counted else "")
+            + f"{'failed [95%]':20s} {'median':20s} {'IQR':20s} "
             f"{'std':20s} | vs reference: failed diff (Fisher)  std diff (Brown-Forsythe)  "
             "median shift [95%]",
         ]
         for r in rows:
             cells = (
-                f"{r['recipe']:{width}s} {r['runs']:3d}  {_with_ci(r['failure_rate'], True):20s} "
+                f"{r['recipe']:{width}s} {r['runs']:3d}  "
+                + (f"{trainable(r):16s} " if counted else "")
+                + f"{_with_ci(r['failure_rate'], True):20s} "
                 f"{_with_ci(r['median']):20s} {_with_ci(r['iqr']):20s} {_with_ci(r['std']):20s} | "
             )
             lines.append(
