@@ -151,6 +151,11 @@ TOKENIZER_LIBRARIES = ("tokenizers", "transformers")  # their versions key the f
 STACK = "stack."  # the software stack's fields in a fingerprint
 
 
+def stack_fields(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """The software stack's fields of a fingerprint."""
+    return {k: v for k, v in fingerprint.items() if k.startswith(STACK)}
+
+
 def version(distribution: str) -> str | None:
     """An installed distribution's version; None when it is not installed."""
     from importlib import metadata

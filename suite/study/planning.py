@@ -18,7 +18,7 @@ from suite.config.request import Request
 from suite.config.sweep import SweepSpec
 from suite.config.task import TaskSpec, spec_hash
 from suite.data.hub import source_sha256
-from suite.identity import STACK
+from suite.identity import STACK, stack_fields
 from suite.provenance import git_commit
 from suite.study.setup import Setup, setup_study
 from suite.study.storage import public_url
@@ -88,13 +88,13 @@ def _record_resumption(study: optuna.Study, s: Setup, how: Any) -> None:
     """A grown plan becomes the study's plan (fingerprint, task and sweep: workers and later runs
     compare against it); an allowed stack change is kept as the study's list of stacks."""
     if how.adopt_stack:  # from now on its stack is checked like any other study's
-        current = {k: v for k, v in s.fingerprint.items() if k.startswith(STACK)}  # adds, never replaces:
-        study.set_user_attr("fingerprint", {**current, **study.user_attrs["fingerprint"]})
+        # adds, never replaces:
+        study.set_user_attr("fingerprint", {**stack_fields(s.fingerprint), **study.user_attrs["fingerprint"]})
     if not (how.grown or how.stack_changed):
         return
     info = dict(study.user_attrs.get("run_info") or {})
     if how.grown:
-        stack = {k: v for k, v in study.user_attrs["fingerprint"].items() if k.startswith(STACK)}
+        stack = stack_fields(study.user_attrs["fingerprint"])
         study.set_user_attr("fingerprint", {**plan_fields(s.fingerprint), **stack})
         info.update(
             task=s.task.model_dump(mode="json"),
@@ -115,7 +115,7 @@ def adopt_stack(study: optuna.Study, s: Setup) -> bool:
     against those instead). Re-read just before writing; two first workers racing within that moment
     both write, the last one wins."""
     stored = study.user_attrs.get("fingerprint") or {}  # read from the storage on each access
-    stack = {k: v for k, v in s.fingerprint.items() if k.startswith(STACK) and k not in stored}
+    stack = {k: v for k, v in stack_fields(s.fingerprint).items() if k not in stored}
     if not stack:
         return False
     study.set_user_attr("fingerprint", {**stored, **stack})

@@ -123,7 +123,6 @@ def run_worker(study: Any, s: Setup, progress: bool) -> int:
         bar.close()
 
 
-
 def open_joined(request: Request) -> tuple[Any, Setup]:
     """The stored study `request` names and this worker's setup for it, checked against the study
     (`suite worker`: another data file, model, thread count or suite version is refused)."""
@@ -171,4 +170,3 @@ def _join_checked(study: Any, s: Setup) -> None:
         how = check()
     if how.stack_changed:  # re-read just before writing: other workers may have added their stacks
         study.set_user_attr("run_info", with_stack(study.user_attrs["run_info"], s.stack))
-
