@@ -38,11 +38,34 @@ def higher_is_better(metric: str | None) -> bool:
     return metric not in LOWER_IS_BETTER
 
 
+PER_CLASS = "/class"  # a K-shot size: `16/class` draws 16 examples of every class
+
+
+def per_class_k(size: Any) -> int | None:
+    """K of a K-shot size (`16/class` -> 16); None for a total size or `full`."""
+    if isinstance(size, str) and size.endswith(PER_CLASS):
+        k = size.removesuffix(PER_CLASS)
+        if k.isascii() and k.isdigit() and not k.startswith("0"):
+            return int(k)
+    return None
+
+
+def size_order(size: Any) -> tuple[int, int, str]:
+    """Sizes in a stable display order: totals by number, then K-shot sizes by K, then `full`
+    (a size may come as text, e.g. from a trial key)."""
+    if k := per_class_k(size):
+        return (1, k, "")
+    try:
+        return (0, int(size), "")
+    except (TypeError, ValueError):
+        return (2, 0, str(size))
+
+
 def _size(value: Any) -> int | str:
     # One check and one message, instead of pydantic's two union branches.
-    if value == "full" or (type(value) is int and value >= 2):
+    if value == "full" or (type(value) is int and value >= 2) or per_class_k(value):
         return value
-    raise ValueError(f"a size is an integer >= 2 or 'full', got {value!r}")
+    raise ValueError(f"a size is an integer >= 2, K per class (e.g. '16/class') or 'full', got {value!r}")
 
 
 def _sizes(value: Any) -> list[int | str]:
@@ -54,8 +77,8 @@ def _sizes(value: Any) -> list[int | str]:
     return [_size(v) for v in value]
 
 
-Size = Annotated[int | Literal["full"], PlainValidator(_size)]
-Sizes = Annotated[list[int | Literal["full"]], PlainValidator(_sizes)]
+Size = Annotated[int | str, PlainValidator(_size)]
+Sizes = Annotated[list[int | str], PlainValidator(_sizes)]
 
 # Dev examples (sentences, questions) each epoch's curve evaluation covers by default: the standard
 # error of an accuracy on 500 examples is at most 0.022 (sqrt(0.25 / 500)); CoNLL entity F1 on 500
@@ -258,6 +281,7 @@ class TaskSpec(Strict):
     @model_validator(mode="after")
     def _labels_and_metrics(self) -> TaskSpec:
         self._check_labels()
+        self._check_per_class()  # before the QA checks, which would call it a missing split file
         self._check_head()
         if self.head != "span" and getattr(self.data, self.eval_split) is None and self.data.hub is None:
             raise FieldError("eval_split", f"{self.eval_split!r} needs a `data.{self.eval_split}` file")
@@ -267,6 +291,18 @@ class TaskSpec(Strict):
                 if name not in known:
                     raise FieldError(field, f"unknown metric {name!r} (known: {', '.join(sorted(known))})")
         return self
+
+    def _check_per_class(self) -> None:
+        """A K-shot size needs classes to count: a classification task with labels."""
+        shot = next((s for s in self.sizes if per_class_k(s)), None)
+        if shot is None:
+            return
+        if self.head != "classification":
+            raise FieldError(
+                "sizes", f"size {shot} draws K examples per class: for a classification task, not {self.head}"
+            )
+        if self.regression:
+            raise FieldError("sizes", f"size {shot} draws K examples per class: a regression task has none")
 
     def _check_labels(self) -> None:
         if self.head == "classification" and not self.regression and not self.labels:

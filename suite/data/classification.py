@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from suite.config.task import TaskSpec
+from suite.config.task import TaskSpec, per_class_k
 from suite.data.cache import cached
 from suite.data.hub import HUB_PREFIX, data_origin, load_split, source_sha256, use_hub
 from suite.data.paths import local_file
-from suite.data.subsample import regression_strata, subsample_indices
+from suite.data.subsample import per_class_indices, regression_strata, subsample_indices
 from suite.data.tables import Rows, read_rows, require_columns
 from suite.errors import DataError
 from suite.identity import tokenizer_fingerprint
@@ -82,6 +82,8 @@ class ClassificationData:
 
     def train_indices(self, size: int | str, subsample_seed: int) -> np.ndarray:
         labels = self.labels["train"]
+        if k := per_class_k(size):  # the spec admits a K-shot size only for a task with labels
+            return per_class_indices(labels, k, subsample_seed, self.spec.labels)
         return subsample_indices(len(labels), size, subsample_seed, self._strata(labels))
 
     def dev_indices(self) -> np.ndarray:

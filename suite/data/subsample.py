@@ -1,8 +1,13 @@
-"""Seeded small-data subsamples, stratified by label (never the first n rows)."""
+"""Seeded small-data subsamples, stratified by label (never the first n rows), or K examples of
+every class (a K-shot size, `16/class`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+
+from suite.errors import DataError
 
 
 def subsample_indices(
@@ -37,3 +42,27 @@ def regression_strata(values: np.ndarray, bins: int = 5) -> np.ndarray:
     """Quantile bins of a continuous target, so a subsample keeps its spread."""
     edges = np.quantile(values, np.linspace(0, 1, bins + 1)[1:-1])
     return np.digitize(values, edges)
+
+
+class ClassTooSmall(DataError):
+    """A K-shot draw asked for more examples of a class than the training data holds."""
+
+    def __init__(self, name: str, count: int, k: int) -> None:
+        self.name, self.count, self.k = name, count, k
+        super().__init__(f"class {name!r} has {count} training example{'s' * (count != 1)}, fewer than {k}")
+
+
+def per_class_indices(labels: np.ndarray, k: int, seed: int, names: Sequence[str]) -> np.ndarray:
+    """Indices of exactly `k` examples of every class (`labels` are positions in `names`), sorted.
+
+    One seeded permutation of all examples; each class keeps its first `k` members in that order.
+    The draw depends on the seed and the rows alone, not on the order the classes are listed in,
+    and a smaller K takes a subset of a larger K's examples under the same seed.
+    """
+    labels = np.asarray(labels)
+    counts = np.bincount(labels, minlength=len(names))
+    for code, name in enumerate(names):
+        if counts[code] < k:
+            raise ClassTooSmall(str(name), int(counts[code]), k)
+    order = np.random.default_rng(seed).permutation(len(labels))
+    return np.sort(np.concatenate([order[labels[order] == code][:k] for code in range(len(names))]))

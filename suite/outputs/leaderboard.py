@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 
 from suite import __version__
-from suite.config.task import higher_is_better
+from suite.config.task import higher_is_better, size_order
 from suite.errors import SuiteError
 from suite.provenance import git_commit
 from suite.stats.compare import (
@@ -306,11 +306,6 @@ def rank(entries: list[dict[str, Any]]) -> None:
         for position, e in enumerate(sorted(group, key=_rank_key), start=1):
             e["rank"] = position
     entries.sort(key=lambda e: (e["task"], size_order(e["size"]), rank_group_key(e["rank_group"]), e["rank"]))
-
-
-def size_order(size: Any) -> tuple[int, int]:
-    """Sizes in numeric order, `full` last."""
-    return (1, 0) if size == "full" else (0, int(size))
 
 
 def write_leaderboard(sources: list[str | Path], out: Path, reference: str | None = None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from suite.config.sweep import SweepSpec
 from suite.data.hub import source_sha256
+from suite.data.subsample import ClassTooSmall
 from suite.errors import DataError, SpecError, SuiteError
 from suite.heads.registry import PreparedTask
 
@@ -35,8 +36,14 @@ def check_planned_inputs(
     check_budget(sweep)
     for size in spec.sizes:
         for seed in sorted({seeds[2] for seeds in replicate_seeds(sweep, size)}):
-            indices = data.train_indices(size, seed)
-            if size != "full" and len(indices) < int(size):
+            try:
+                indices = data.train_indices(size, seed)
+            except ClassTooSmall as err:  # a K-shot size (`16/class`) larger than a class
+                raise SpecError(
+                    f"{spec_path}: field 'sizes': size {size} needs {err.k} examples of every class; "
+                    f"class {err.name!r} has {err.count} in {data.sources.get('train', 'the training data')}"
+                ) from None
+            if isinstance(size, int) and len(indices) < size:
                 raise SpecError(
                     f"{spec_path}: field 'sizes': size {size} exceeds the {len(indices)} training "
                     f"examples of {data.sources.get('train', 'the training data')}"

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from suite.config.overrides import parse_sets
+from suite.config.reading import validate
 from suite.config.request import Request
 from suite.config.resources import resolve, resolve_sweep_path
 from suite.config.sweep import SweepSpec, load_sweep
-from suite.config.task import TaskSpec, load_task
+from suite.config.task import TaskSpec, load_task, per_class_k
 from suite.data.paths import data_dir
 from suite.errors import SpecError
 
@@ -65,8 +66,8 @@ def apply_overrides(
 ) -> tuple[TaskSpec, SweepSpec]:
     """`--size` and `--seeds` re-validated through the schema, like any other input."""
     if sizes:
-        parsed = [s if s == "full" else _int_size(s) for s in sizes]
-        task = TaskSpec.model_validate({**task.model_dump(), "sizes": parsed})
+        parsed = [s if s == "full" or per_class_k(s) else _int_size(s) for s in sizes]
+        task = validate(TaskSpec, {**task.model_dump(), "sizes": parsed}, Path("--size"))
     if seeds is not None:
         if seeds < 1:
             raise SpecError(f"--seeds: expected a positive integer, got {seeds}")
@@ -79,7 +80,9 @@ def _int_size(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise SpecError(f"--size: expected an integer or 'full', got {text!r}") from None
+        raise SpecError(
+            f"--size: expected an integer, K per class (e.g. 16/class) or 'full', got {text!r}"
+        ) from None
     if value < 2:
         raise SpecError(f"--size: expected at least 2 examples, got {value}")
     return value

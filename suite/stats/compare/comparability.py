@@ -2,11 +2,12 @@
 Comparing with reported numbers), and which entries may be ranked together.
 
 A published number is *comparable* only when the model checkpoint, the training size (none
-stated = the full training set), the split and evaluation set, the metric, the head and the
-statistic all match; otherwise it is context, shown apart with the reasons. Only comparable
-numbers get a gap and a test: a comparison without equal terms is worse than none. A seeded
-`eval_limit` subsample of the official dev set stays comparable with a full-dev number: its
-score is an unbiased estimate of the full set's, and the test adds its sampling error.
+stated = the full training set; a K-shot size such as `16/class` matches only the same K), the
+split and evaluation set, the metric, the head and the statistic all match; otherwise it is
+context, shown apart with the reasons. Only comparable numbers get a gap and a test: a
+comparison without equal terms is worse than none. A seeded `eval_limit` subsample of the
+official dev set stays comparable with a full-dev number: its score is an unbiased estimate of
+the full set's, and the test adds its sampling error.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import json
 import math
 import re
 from typing import Any
+
+from suite.config.task import per_class_k
 
 COMPARABLE_STATISTICS = ("median", "mean", "max", "single")
 RANK_FIELDS = ("task", "eval_split", "metric", "size", "eval_set", "eval_limit", "max_length", "data")
@@ -46,8 +49,8 @@ def reasons_not_comparable(reported: dict[str, Any], entry: dict[str, Any]) -> l
         reasons.append(f"model: reported {reported['model']}, ours {entry['model']}")
     size = reported.get("size") or "full"
     if str(size) != str(entry["size"]):
-        theirs = "the full training set" if size == "full" else f"{size} examples"
-        reasons.append(f"training size: reported {theirs}, ours {entry['size']}")
+        ours = _size_words(entry["size"]) if per_class_k(entry["size"]) else entry["size"]
+        reasons.append(f"training size: reported {_size_words(size)}, ours {ours}")
     split = reported["split"].lower()
     if "server" in split or not split.startswith("dev" if entry["eval_split"] == "validation" else "test"):
         reasons.append(f"split: reported {reported['split']}, ours {entry['eval_split']}")
@@ -67,6 +70,16 @@ def reasons_not_comparable(reported: dict[str, Any], entry: dict[str, Any]) -> l
     if reported["statistic"] not in COMPARABLE_STATISTICS:
         reasons.append(f"statistic: {reported['statistic']} (a hidden test server, not a run statistic)")
     return reasons
+
+
+def _size_words(size: Any) -> str:
+    """A size as a reason reads it: a K-shot size (`16/class`, K examples of every class) is
+    never the same training set as a total, so the two are named apart."""
+    if size == "full":
+        return "the full training set"
+    if k := per_class_k(size):
+        return f"{k} examples per class (K-shot)"
+    return f"{size} examples"
 
 
 def subsample_sd(dev_se: float | None, examples: int | None, full_size: int | None = None) -> float | None:
