@@ -40,6 +40,7 @@ from suite.data.module import FeatureDataModule
 from suite.errors import SuiteError
 from suite.heads.classification import ClassificationModule
 from suite.heads.registry import PreparedTask
+from suite.model.adapters import parameter_counts
 from suite.model.devices import resolve_trainer
 from suite.model.encoders import load_encoder
 from suite.training.trial import (
@@ -170,6 +171,7 @@ class _Group:
                 raise SuiteError("replicate group: the task's head is not ClassificationModule")
             record["head"] = getattr(module, "head_name", task.spec.head)
             record["drawn_weights"] = list(getattr(module, "drawn_weights", []))
+            record.update(parameter_counts(module))
             module.curve_positions = self.positions
             record["module"] = module  # partial results survive a crash mid-training
             record.update(epochs_run=h.epochs_for(len(train)), eval_every=h.eval_every(len(train)))
