@@ -39,7 +39,7 @@ class TrialRecord(TypedDict, total=False):
     key: str  # the planned trial: size, every hyperparameter and the seeds
     task: str
     model: str
-    size: int | str  # training examples, or "full"
+    size: int | str  # training examples, "full", or K examples per class ("16/class")
     hparams: dict[str, Any]  # every hyperparameter (a recipe's name in `recipe`)
     seeds: dict[str, int]  # {init, order, subsample}
     metric: str  # the main metric, the one `score` holds
