@@ -138,6 +138,7 @@ STACK_DISTRIBUTIONS = (
     "seqeval",  # entity F1
     "pytorch-crf",  # the CRF tagging head
     "optuna",  # the sweep's samplers and the trial's pruning
+    "peft",  # LoRA (`adapter: lora`)
 )
 # Imported by pinned modules, yet their effect is in the fingerprint already: what they parse and
 # validate is fingerprinted as the validated values, and the bundled model's files are hashed.
