@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from suite.config.request import Request
+from suite.config.task import size_order
 from suite.errors import SuiteError
 from suite.study.setup import Setup, setup_study
 from suite.training.trial import TrialPlan
@@ -143,7 +144,7 @@ def estimate(s: Setup, plans: list[TrialPlan], held: set[str]) -> str:
     if s.sweep.adaptive:  # stand-in settings: scale the whole plan by the share still to run
         todo = sum(r["seconds"] for r in rows.values()) * max(0, len(plans) - len(held)) / len(plans)
     lines = [f"{'size':>6s}  {'setting':30s} {'n_train':>7s} {'steps':>6s} {'trials':>6s}  est. per trial"]
-    for (size, setting), r in sorted(rows.items(), key=lambda kv: (_size_order(kv[0][0]), kv[0][1])):
+    for (size, setting), r in sorted(rows.items(), key=lambda kv: (size_order(kv[0][0]), kv[0][1])):
         per_trial = _duration(r["seconds"] / r["trials"])
         lines.append(f"{size:>6s}  {setting:30s} {r['n']:7d} {r['steps']:6d} {r['trials']:6d}  {per_trial}")
     calibrated = ", ".join(f"batch {bs}: {t:.2f} s/step" for bs, (t, _) in sorted(step_s.items()))
@@ -172,10 +173,6 @@ def _timed(s: Setup, trials: dict[int, TrialPlan]) -> dict[int, tuple[float, flo
             bar.set_postfix_str(f"batch {bs}")
             times[bs] = calibrate(s, trial, bar.update)
         return times
-
-
-def _size_order(size: str) -> tuple[bool, int]:
-    return size == "full", int(size) if size != "full" else 0
 
 
 def _duration(seconds: float) -> str:

@@ -70,7 +70,7 @@ def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) 
     split = "dev" if task.eval_split == "validation" else task.eval_split
     lines = [
         f"{task.name} ({task.metric.main} x100, {split}) -> {folder / 'trials.jsonl'}",
-        f"{'size':>6s} {'setting':28s} {'n':>4s} {'median':>7s} {'IQR':>7s} {'min':>7s} {'max':>7s}  failed",
+        f"{'size':>8s} {'setting':28s} {'n':>4s} {'median':>7s} {'IQR':>7s} {'min':>7s} {'max':>7s}  failed",
     ]
     labels = setting_labels(records)
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -86,7 +86,7 @@ def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) 
         )
         apart = ", ".join(f"{s[k]} {k}" for k in ("errored", "pruned") if s[k])
         lines.append(
-            f"{size:>6s} {setting:28s} {a['n']:4d} {cells}  {s['failed']}/{s['runs']}"
+            f"{size:>8s} {setting:28s} {a['n']:4d} {cells}  {s['failed']}/{s['runs']}"
             + (f"  ({apart}: not runs)" if apart else "")
         )
     odd = [r for r in records if outcome(r) in ("failed", "errored")]

@@ -57,7 +57,9 @@ JS = """
   const state = { key: "rank", dir: 1, text: "", task: "" };
 
   const num = (v, digits) => (v === null || v === undefined ? "\\u2013" : v.toFixed(digits));
-  const sizeValue = (s) => (s === "full" ? Infinity : Number(s));
+  // totals by number, then K-shot sizes ("16/class") by K, then full: as the leaderboard orders them
+  const sizeValue = (s) =>
+    s === "full" ? Infinity : String(s).endsWith("/class") ? 1e12 + parseInt(s, 10) : Number(s);
 
   function value(row, key) {
     if (key === "size") return sizeValue(row.size);

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from suite.config.task import size_order
 from suite.errors import SuiteError
 from suite.stats.aggregate.intervals import (
     CONFIDENCE,
@@ -64,7 +65,6 @@ from suite.stats.aggregate.normalised import (
     group_name,
     normalisation,
     run_scores,
-    size_order,
 )
 from suite.study.records import finite_scores, runs
 

@@ -36,14 +36,6 @@ def group_name(by: str | Callable[[Entry], str | None]) -> Callable[[Entry], str
     raise SuiteError(f"aggregate: by must be model, recipe or model+recipe, not {by!r}")
 
 
-def size_order(size: Any) -> tuple[int, int, str]:
-    """Sizes in numeric order, `full` (and any other name) last."""
-    try:
-        return (0, int(size), "")
-    except (TypeError, ValueError):
-        return (1, 0, str(size))
-
-
 def baseline_of(task: str, entries: list[Entry]) -> float | None:
     values = {
         float(v)
