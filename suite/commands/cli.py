@@ -53,7 +53,11 @@ def _add_study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", help="a sweep name or YAML file (default: the task's sweep)")
     p.add_argument("--profile", default="default", help="smoke | default | full (from the YAML)")
     p.add_argument("--out", default="runs", help="runs folder (default: runs)")
-    p.add_argument("--size", action="append", help="small-data size(s) instead of the task's")
+    p.add_argument(
+        "--size",
+        action="append",
+        help="small-data size(s) instead of the task's: N examples, K/class (K per class) or full",
+    )
     p.add_argument("--eval-split", choices=["validation", "test"], help="evaluate on this split")
     p.add_argument("--seeds", type=int, help="repeats (independent design) or N init x N order (crossed)")
     p.add_argument("--storage", help="Optuna storage URL (default: sqlite study.db in the run folder)")
@@ -90,6 +94,17 @@ def _add_launch_args(p: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         help="wait for the jobs, then write the outputs (default: local waits, slurm does not)",
     )
+
+
+def _add_log_to_arg(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument(
+        "--log-to",
+        action="append",
+        metavar="TRACKER",
+        help="log every trial (and the study's summary) to mlflow[:URI], tensorboard[:DIR], csv[:DIR] "
+        "or wandb[:PROJECT]; repeatable (default: none)",
+    )
+    return p
 
 
 def _add_until_args(p: argparse.ArgumentParser) -> None:
@@ -134,7 +149,9 @@ def _add_common_args(p: argparse.ArgumentParser, threads: bool = True) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="suite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_until_args(_add_run_args(sub.add_parser("run", help="run a task's study end to end")))
+    _add_until_args(
+        _add_log_to_arg(_add_run_args(sub.add_parser("run", help="run a task's study end to end")))
+    )
     _add_run_args(sub.add_parser("plan", help="planned trials, how many the storage holds, estimated time"))
     _add_launch_args(
         sub.add_parser("launch", help="plan a study, then run its workers as Slurm (or local) jobs")
@@ -143,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     work.add_argument("--storage", required=True, help="the study's Optuna storage URL")
     work.add_argument("--study", required=True, help="the study name (`suite run` prints it)")
     _add_common_args(work)
+    _add_log_to_arg(work)
     export = sub.add_parser("export", help="write a storage's trials to JSONL or CSV")
     export.add_argument("run", nargs="?", default=".", help="run folder (its study.db)")
     export.add_argument("--storage", help="any Optuna storage URL instead of a run folder")
@@ -213,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         # Argument and spec errors first: the commands' modules import torch, transformers, optuna
         # (seconds), and a bad flag or YAML field is answered at once.
         request = request_of(args) if args.command in STUDY_COMMANDS else None
+        if request is not None and request.log_to:  # a tracker not installed: before any training
+            from suite.study.trackers import targets_of
+
+            targets_of(request.log_to)
         if request is not None and request.task is not None:
             from suite.study.setup import read_specs
 
@@ -314,6 +336,7 @@ def request_of(args: argparse.Namespace) -> Request:
         offline=args.offline,
         quiet=args.quiet,
         allow_stack_change=args.allow_stack_change,
+        log_to=tuple(getattr(args, "log_to", None) or ()),
         gpus_per_worker=getattr(args, "gpus_per_worker", None),
     )
 

@@ -19,6 +19,7 @@ from suite.study.worker import (
     open_joined,
     planned_count,
     run_worker,
+    trackers,
     watch,
 )
 
@@ -43,6 +44,9 @@ def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
         s, study = plan_study(request if s is None else s.request)
         planned = planned_count(s)
     assert s.folder is not None  # a planned study always has a run folder
+    tracking = trackers(s, s.name)
+    if tracking is not None:  # the MLflow parent run, before any trial is logged under it
+        tracking.open_study()
     try:
         with stops_as_interrupts():
             if s.workers == 1:
@@ -57,6 +61,8 @@ def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
         raise
     records, summary = write_outputs(study, s.folder, s.task)
     print(summary)
+    if tracking is not None:
+        tracking.log_study(records)
     return exit_status(study), s, records
 
 

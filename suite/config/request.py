@@ -41,6 +41,8 @@ class Request:
     offline: bool = False
     quiet: bool = False
     allow_stack_change: bool = False  # resume a study made on another software stack, marked mixed
+    # `--log-to`: trackers every trial is logged to (suite/study/trackers.py); not the study's identity
+    log_to: tuple[str, ...] = ()
     # `launch`: the study is planned here for workers on other machines (cluster nodes) with this many
     # GPUs each; the trainer is resolved for them and the software stack is left to the first worker.
     gpus_per_worker: int | None = None

@@ -176,6 +176,8 @@ def worker_command(s: Setup) -> list[str]:
         command += [f"--{option}", str(value)]
     if s.request.allow_stack_change:
         command += ["--allow-stack-change"]
+    for tracker in s.request.log_to:
+        command += ["--log-to", tracker]
     return command
 
 

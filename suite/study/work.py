@@ -99,8 +99,10 @@ def work(
     trainer: dict[str, Any] | None = None,
     progress: bool = True,
     on_done: Any = None,
+    tracking: Any = None,
 ) -> int:
     """Run queued trials until the study is complete; returns how many this worker ran.
+    `tracking` (suite/study/trackers.py) logs each ended trial to the `--log-to` trackers.
 
     Waits while other workers' trials are running: a dead worker's trial turns stale after its
     grace period and comes back to the queue. Each trial's objects are freed before the next one
@@ -151,6 +153,8 @@ def work(
                     _put_back(study, trial)
                 raise Interrupted(ran) from err
             ran += 1
+            if tracking is not None:  # from the stored record: the trial's numbers are already final
+                tracking.log_trial(record)
             if on_done is not None:
                 on_done(record)
 

@@ -117,10 +117,20 @@ def run_worker(study: Any, s: Setup, progress: bool) -> int:
         bar.set_postfix_str(f"{text} {record['outcome']} | {eta}")
         bar.update()
 
+    tracking = trackers(s, study.study_name)
     try:
-        return work(study, s.prepared, s.model, s.sweep, stamp, s.trainer, progress, on_done=done)
+        return work(study, s.prepared, s.model, s.sweep, stamp, s.trainer, progress, done, tracking)
     finally:
         bar.close()
+
+
+def trackers(s: Setup, study: str) -> Any:
+    """The study's `--log-to` trackers in this process (None without any)."""
+    if not s.request.log_to:
+        return None
+    from suite.study.trackers import Tracking, targets_of
+
+    return Tracking(targets_of(s.request.log_to), study, s.task.name)
 
 
 def open_joined(request: Request) -> tuple[Any, Setup]:
