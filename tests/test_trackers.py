@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -159,3 +160,32 @@ def test_wandb_offline_holds_one_run_per_trial(
     runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 2  # the trial and the study's summary
     assert all(list(run.glob("*.wandb")) for run in runs)
+
+
+def test_workers_started_by_run_log_every_trial_under_one_parent(
+    tiny_task: Path, tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    from mlflow import MlflowClient
+
+    store = tmp_path / "mlflow"
+    args = (
+        "--workers",
+        "2",
+        "--threads",
+        "1",
+        "--log-to",
+        f"mlflow:{store}",
+        "--log-to",
+        f"csv:{tmp_path / 'csv'}",
+    )
+    folder = run_tiny(tiny_task, tiny_models["bert"], *args)
+    records = _records(folder)
+    assert all(not r["worker"].endswith(f":{os.getpid()}") for r in records)  # worker processes ran them
+    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    (parent,) = [r.info.run_id for r in runs if r.data.tags.get("suite.role") == "study"]
+    trials = [r for r in runs if "suite.trial" in r.data.tags]
+    assert sorted(int(r.data.tags["suite.trial"]) for r in trials) == [r["trial_number"] for r in records]
+    assert {r.data.tags["mlflow.parentRunId"] for r in trials} == {parent}
+    assert len({r.data.tags["suite.seed.order"] for r in trials}) == len(records)  # each its own trial
+    assert len(list((tmp_path / "csv").glob("*/trial */metrics.csv"))) == len(records)
