@@ -57,7 +57,8 @@ print(json.dumps({**seen, "code": code}))
 def test_in_child_runs_elsewhere_and_raises_what_the_child_raised() -> None:
     assert in_child(os.getpid) != os.getpid()
     assert in_child(_int_size, "64") == 64
-    with pytest.raises(SpecError, match="--size: expected an integer or 'full', got 'x'"):
+    expected = r"--size: expected an integer, K per class \(e.g. 16/class\) or 'full', got 'x'"
+    with pytest.raises(SpecError, match=expected):
         in_child(_int_size, "x")
     with pytest.raises(ValueError, match="invalid literal") as caught:
         in_child(int, "x")
