@@ -248,3 +248,46 @@ def test_weights_the_checkpoint_lacked_train_fully_under_an_adapter(
     trains = {n for n, p in module.encoder.named_parameters() if p.requires_grad}
     assert set(module.drawn_weights) <= trains
     assert "embeddings.word_embeddings.weight" not in trains
+
+
+def test_lora_targets_are_one_setting_however_spelled_and_never_empty(tmp_path: Path) -> None:
+    """'value, query' and 'query,value' train the same model: one spelling, one key. Naming no
+    module is one line when the sweep is read, not a trial that errors."""
+    spelled = {
+        _hp(adapter="lora", lora_targets=t).lora_targets for t in ("value, query", "query,value,query")
+    }
+    assert spelled == {"query,value"}
+    assert _hp(adapter="lora", lora_targets=" auto ").lora_targets == "auto"
+    (tmp_path / "sweeps").mkdir()
+    with pytest.raises(SpecError, match="field 'recipes.lora.lora_targets'.*names no module"):
+        load_sweep(_sweep(tmp_path, "  lora: {adapter: lora, lora_targets: ' , '}\n"))
+
+
+def test_a_searched_adapter_with_lora_values_is_refused_before_training(tmp_path: Path, tiny_models) -> None:  # noqa: ANN001
+    """TPE would propose a non-LoRA setting carrying a LoRA value: refused in pre-flight."""
+    from suite.model.stabilisers import check_sweep
+
+    (tmp_path / "tpe.yaml").write_text(
+        "name: tpe\nhparams: {lr: 1.0e-3, batch_size: 8, epochs: 1}\n"
+        "space:\n  adapter: {type: categorical, choices: [none, lora]}\n"
+        "  lora_r: {type: categorical, choices: [4, 8]}\n"
+        "sampler: {type: tpe, n_startup_trials: 2}\nbudget: 4\nseeds: {repeats: 1}\n"
+    )
+    sweep = load_sweep(tmp_path / "tpe.yaml")
+    with pytest.raises(SpecError, match="field 'space.adapter': a searched adapter cannot carry lora_r"):
+        check_sweep(load_encoder(str(tiny_models["bert"])), sweep, "tpe.yaml")
+
+
+def test_drawn_weights_train_when_lora_wraps_their_layer(tmp_path: Path, tiny_task: Path) -> None:
+    """LoRA on `dense` wraps the drawn pooler too (its weight becomes `base_layer.weight`): the
+    drawn weights are found by object, so they still train."""
+    tokenizer = T.AutoTokenizer.from_pretrained(get_model_path())
+    torch.manual_seed(0)
+    T.BertForMaskedLM(tiny_config("bert", tokenizer.vocab_size)).save_pretrained(tmp_path / "mlm")
+    tokenizer.save_pretrained(tmp_path / "mlm")
+    model = str(tmp_path / "mlm")
+    task = prepare_task(load_task(tiny_task), tiny_task.parent.parent / "data", load_tokenizer(model))
+    module = task.build_module(load_encoder(model), _hp(adapter="lora", lora_targets="query,value,dense"))
+    trains = {n for n, p in module.encoder.named_parameters() if p.requires_grad}
+    assert {"pooler.dense.base_layer.weight", "pooler.dense.base_layer.bias"} <= trains
+    assert "encoder.layer.0.output.dense.base_layer.weight" not in trains  # pretrained: frozen

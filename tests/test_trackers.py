@@ -137,6 +137,30 @@ def test_an_unknown_tracker_is_one_line(tiny_task: Path, tiny_models: dict[str, 
     assert "--log-to 'neptune'" in capsys.readouterr().err
 
 
+def test_a_tracker_that_could_not_log_is_one_line_before_training(
+    tiny_task: Path, tiny_models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:  # noqa: ANN001
+    """A run is logged after its trial ends and a rerun trains nothing: a tracker that cannot take
+    the runs (a folder it cannot make, W&B with no login, where wandb.init would prompt) is
+    refused before any training."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    folder = run_tiny(tiny_task, tiny_models["bert"], "--log-to", f"csv:{blocker / 'logs'}", expect=2)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--log-to csv:{blocker / 'logs'}: cannot make its folder" in err[0]
+    assert not list(folder.rglob("trials.jsonl"))
+    for name in ("WANDB_API_KEY", "WANDB_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    from suite.errors import SpecError
+    from suite.study.trackers import targets_of
+
+    with pytest.raises(SpecError, match="--log-to wandb: W&B is not logged in"):
+        targets_of(["wandb"])
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert targets_of(["wandb"])[0].kind == "wandb"
+
+
 def test_workers_get_the_trackers() -> None:
     from suite.config.request import Request
     from suite.study.supervise import worker_command

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.config.request import Request
-from suite.outputs.run_folder import write_outputs
+from suite.outputs.run_folder import summary_rows, write_outputs
 from suite.study.setup import Setup
 from suite.study.supervise import Stopped, run_workers, stop_with_parent, stops_as_interrupts
 from suite.study.worker import (
@@ -62,7 +62,7 @@ def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
     records, summary = write_outputs(study, s.folder, s.task)
     print(summary)
     if tracking is not None:
-        tracking.log_study(records)
+        tracking.log_study(summary_rows(records))
     return exit_status(study), s, records
 
 

@@ -22,6 +22,21 @@ from suite.config.reading import apply_profile, profile_label, read_yaml, valida
 from suite.errors import SpecError
 
 
+def _lora_targets(value: Any) -> str:
+    # One spelling per set of modules: "value, query" and "query,value" train the same model, so
+    # they are one setting (one key), not two.
+    if not isinstance(value, str):
+        raise ValueError(f"expected comma-separated module names or auto, got {value!r}")
+    if value.strip() == "auto":
+        return "auto"
+    if not (names := sorted({n.strip() for n in value.split(",") if n.strip()})):
+        raise ValueError(f"names no module: give comma-separated module names or auto, got {value!r}")
+    return ",".join(names)
+
+
+LoraTargets = Annotated[str, PlainValidator(_lora_targets)]
+
+
 class HParams(Strict):
     lr: Float = Field(gt=0, lt=1)
     batch_size: Int = Field(ge=1)
@@ -56,9 +71,8 @@ class HParams(Strict):
     lora_r: Int = Field(8, ge=1, description="LoRA rank")
     lora_alpha: Float = Field(8.0, gt=0, description="LoRA scaling: the update is x alpha / r")
     lora_dropout: Float = Field(0.0, ge=0, lt=1, description="dropout on the LoRA branch's input")
-    lora_targets: str = Field(
+    lora_targets: LoraTargets = Field(
         "auto",
-        min_length=1,
         description="comma-separated names of the modules LoRA adapts; auto: the family's "
         "attention query and value projections",
     )

@@ -75,6 +75,9 @@ def apply(module: Any, hparams: HParams) -> None:
     if hparams.adapter == "none":
         return
     encoder = module.encoder
+    # The drawn weights by object: peft renames what it wraps (`dense.weight` ->
+    # `dense.base_layer.weight`), never the parameters themselves.
+    drawn = [p for name, p in encoder.named_parameters() if name in set(module.drawn_weights)]
     if hparams.adapter == "lora":
         from peft import LoraConfig, inject_adapter_in_model  # imported by LoRA settings only
 
@@ -89,10 +92,8 @@ def apply(module: Any, hparams: HParams) -> None:
     else:
         for name, param in encoder.named_parameters():
             param.requires_grad_(name.endswith("bias"))
-    drawn = set(module.drawn_weights)
-    for name, param in encoder.named_parameters():
-        if name in drawn:
-            param.requires_grad_(True)
+    for param in drawn:  # new weights, not pretrained ones: they train whatever the adapter
+        param.requires_grad_(True)
 
 
 def parameter_counts(module: nn.Module) -> dict[str, int]:

@@ -132,6 +132,7 @@ def check_sweep(
     naming the sweep file and field (or the task's `classifier` field, `task_where`), before any
     training."""
     if sweep.adaptive:
+        _check_searched_adapter(sweep, where)
         planned = [{name: v} for name, p in sweep.space.items() for v in p.candidates()] or [{}]
     else:
         planned = sweep.settings()
@@ -147,6 +148,22 @@ def check_sweep(
             if chosen == "task":
                 raise SpecError(f"{task_where}: field 'classifier': {why}")
             raise SpecError(f"{where}: field '{sweep.block_of(values, 'classifier')}': {why}")
+
+
+def _check_searched_adapter(sweep: SweepSpec, where: str | Path) -> None:
+    """A searched `adapter` with LoRA's values set (searched or fixed): the sampler would propose a
+    non-LoRA setting that carries them, refused only once training has started."""
+    from suite.config.sweep import LORA
+
+    if "adapter" not in sweep.space or set(sweep.space["adapter"].candidates()) <= {"lora"}:
+        return
+    base = sweep.merged({})
+    if given := [n for n in LORA if n in sweep.space or base.get(n, LORA[n]) != LORA[n]]:
+        raise SpecError(
+            f"{where}: field '{sweep.block_of({'adapter': None}, 'adapter')}': a searched adapter "
+            f"cannot carry {given[0]} (it applies to adapter lora only): fix the adapter or drop "
+            f"{given[0]}"
+        )
 
 
 def reinit_top_layers(encoder: PreTrainedModel, k: int, pooler: bool) -> None:

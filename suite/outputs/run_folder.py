@@ -61,32 +61,45 @@ def export(run: Path, storage: str | None, study: str | None, every: bool, outpu
     return len(records)
 
 
+def summary_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (size, full setting): scored runs (`n`), median, IQR, min and max (when any run is
+    scored), failed runs of all runs, and the trials that are not runs (errored, pruned)."""
+    from suite.stats.estimates import summarize
+    from suite.study.records import setting_key, setting_labels
+
+    labels = setting_labels(records)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((str(r["size"]), labels[setting_key(r["hparams"])]), []).append(r)
+    rows = []
+    for (size, setting), group in groups.items():
+        s = summarize(group)
+        a = s["all"]
+        spread = {k: a.get(k) for k in ("median", "iqr", "min", "max")} if a.get("n") else {}
+        counts = {k: s[k] for k in ("failed", "runs", "errored", "pruned")}
+        rows.append({"size": size, "setting": setting, "n": a.get("n", 0), **spread, **counts})
+    return rows
+
+
 def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) -> str:
     """One row per (size, full setting): runs, median, IQR, min, max, failed runs; then the
     trials that are not runs (errored, pruned) and why."""
-    from suite.stats.estimates import summarize
-    from suite.study.records import outcome, setting_key, setting_labels
+    from suite.study.records import outcome
 
     split = "dev" if task.eval_split == "validation" else task.eval_split
     lines = [
         f"{task.name} ({task.metric.main} x100, {split}) -> {folder / 'trials.jsonl'}",
         f"{'size':>8s} {'setting':28s} {'n':>4s} {'median':>7s} {'IQR':>7s} {'min':>7s} {'max':>7s}  failed",
     ]
-    labels = setting_labels(records)
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in records:
-        groups.setdefault((str(r["size"]), labels[setting_key(r["hparams"])]), []).append(r)
-    for (size, setting), rows in groups.items():
-        s = summarize(rows)
-        a = s["all"]
+    for row in summary_rows(records):
         cells = (
-            " ".join(f"{100 * a[k]:7.2f}" for k in ("median", "iqr", "min", "max"))
-            if a.get("n")
+            " ".join(f"{100 * row[k]:7.2f}" for k in ("median", "iqr", "min", "max"))
+            if row["n"]
             else "no scored runs"
         )
-        apart = ", ".join(f"{s[k]} {k}" for k in ("errored", "pruned") if s[k])
+        apart = ", ".join(f"{row[k]} {k}" for k in ("errored", "pruned") if row[k])
         lines.append(
-            f"{size:>8s} {setting:28s} {a['n']:4d} {cells}  {s['failed']}/{s['runs']}"
+            f"{row['size']:>8s} {row['setting']:28s} {row['n']:4d} {cells}  {row['failed']}/{row['runs']}"
             + (f"  ({apart}: not runs)" if apart else "")
         )
     odd = [r for r in records if outcome(r) in ("failed", "errored")]

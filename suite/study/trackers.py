@@ -61,8 +61,37 @@ def targets_of(values: Sequence[str]) -> tuple[Target, ...]:
                 f"--log-to {kind}: the {module} package is not installed (pip install {pip}, "
                 "or the suite's trackers extra)"
             )
-        targets.append(Target(kind, _where(kind, where)))
+        target = Target(kind, _where(kind, where))
+        if why := _unusable(target):
+            raise SpecError(f"--log-to {value}: {why}")
+        targets.append(target)
     return tuple(targets)
+
+
+def _unusable(target: Target) -> str | None:
+    """Why a tracker could not take this study's runs, found before any training (a run logged
+    after its trial ended is not logged again by a rerun, which has nothing left to train)."""
+    folder = {"tensorboard": target.where, "csv": target.where}.get(target.kind)
+    if target.kind == "mlflow" and target.where.startswith("sqlite:///"):
+        folder = str(Path(target.where.removeprefix("sqlite:///")).parent)
+    if folder is not None:
+        try:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            return f"cannot make its folder {folder} ({err.strerror})"
+        if not os.access(folder, os.W_OK):
+            return f"cannot write in {folder}"
+    if target.kind == "wandb" and not _wandb_can_log():
+        # wandb.init would stop at a login prompt inside a worker's trial loop
+        return "W&B is not logged in: set WANDB_API_KEY, run `wandb login`, or WANDB_MODE=offline"
+    return None
+
+
+def _wandb_can_log() -> bool:
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE") in ("offline", "disabled", "dryrun"):
+        return True
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    return netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="replace")
 
 
 def _installed(module: str) -> bool:
@@ -155,10 +184,10 @@ class Tracking:
             if target.kind == "mlflow":
                 self._guarded(target, "the study", lambda t=target: self._parent_run(t.where))
 
-    def log_study(self, records: Sequence[dict[str, Any]]) -> None:
-        """The study's summary per (size, setting): MLflow's parent run, W&B's study run, a
-        summary.json in a TensorBoard or CSV folder."""
-        rows = summary_rows(records)
+    def log_study(self, rows: Sequence[dict[str, Any]]) -> None:
+        """The study's summary, a row per (size, setting) (`suite.outputs.run_folder.summary_rows`):
+        MLflow's parent run, W&B's study run, a summary.json in a TensorBoard or CSV folder."""
+        rows = list(rows)
         metrics = {
             safe_name(f"{r['size']} {r['setting']}") + f"/{k}": float(r[k])
             for r in rows
@@ -248,34 +277,6 @@ class Tracking:
             (folder / "summary.json").write_text(
                 json.dumps({"study": self.study, "rows": rows}, indent=2) + "\n"
             )
-
-
-def summary_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (size, setting), as `run`'s summary table: scored runs, median, IQR, min, max (all
-    runs, failed included), failed and runs."""
-    from suite.stats.estimates import summarize
-    from suite.study.records import setting_key, setting_labels
-
-    labels = setting_labels(records)
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in records:
-        groups.setdefault((str(r["size"]), labels[setting_key(r["hparams"])]), []).append(r)
-    rows = []
-    for (size, setting), group in groups.items():
-        s = summarize(group)
-        a = s["all"]
-        stats = {k: a.get(k) for k in ("median", "iqr", "min", "max")} if a.get("n") else {}
-        rows.append(
-            {
-                "size": size,
-                "setting": setting,
-                "n": a.get("n", 0),
-                **stats,
-                "failed": s["failed"],
-                "runs": s["runs"],
-            }
-        )
-    return rows
 
 
 def _mlflow_batches(client: Any, run_id: str, steps: list[tuple[int, dict[str, float]]]) -> None:
