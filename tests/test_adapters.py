@@ -6,6 +6,7 @@ combinations are refused in one line before training, and full fine-tuning is un
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -230,18 +231,24 @@ def test_an_adapter_under_a_frozen_encoder_is_refused_when_the_sweep_is_read(tmp
         load_sweep(_sweep(tmp_path, "  probe: {adapter: bitfit, freeze: encoder, features: last4}\n"))
 
 
+def _masked_lm(tmp_path: Path, tiny_task: Path) -> tuple[str, Any]:
+    """A tiny masked-LM checkpoint (no pooler: its model draws one) and the tiny task prepared
+    with its tokenizer."""
+    tokenizer = T.AutoTokenizer.from_pretrained(get_model_path())
+    torch.manual_seed(0)
+    T.BertForMaskedLM(tiny_config("bert", tokenizer.vocab_size)).save_pretrained(tmp_path / "mlm")
+    tokenizer.save_pretrained(tmp_path / "mlm")
+    model = str(tmp_path / "mlm")
+    return model, prepare_task(load_task(tiny_task), tiny_task.parent.parent / "data", load_tokenizer(model))
+
+
 @pytest.mark.parametrize("adapter", ["lora", "bitfit"])
 def test_weights_the_checkpoint_lacked_train_fully_under_an_adapter(
     adapter: str, tmp_path: Path, tiny_task: Path
 ) -> None:
     """A masked-LM checkpoint has no pooler: the `auto` head draws one under the init seed. It is a
     new weight, not a pretrained one, so an adapter leaves all of it training."""
-    tokenizer = T.AutoTokenizer.from_pretrained(get_model_path())
-    torch.manual_seed(0)
-    T.BertForMaskedLM(tiny_config("bert", tokenizer.vocab_size)).save_pretrained(tmp_path / "mlm")
-    tokenizer.save_pretrained(tmp_path / "mlm")
-    model = str(tmp_path / "mlm")
-    task = prepare_task(load_task(tiny_task), tiny_task.parent.parent / "data", load_tokenizer(model))
+    model, task = _masked_lm(tmp_path, tiny_task)
     torch.manual_seed(1)
     module = task.build_module(load_encoder(model), _hp(adapter=adapter))
     assert module.drawn_weights == ["pooler.dense.bias", "pooler.dense.weight"]
@@ -281,12 +288,7 @@ def test_a_searched_adapter_with_lora_values_is_refused_before_training(tmp_path
 def test_drawn_weights_train_when_lora_wraps_their_layer(tmp_path: Path, tiny_task: Path) -> None:
     """LoRA on `dense` wraps the drawn pooler too (its weight becomes `base_layer.weight`): the
     drawn weights are found by object, so they still train."""
-    tokenizer = T.AutoTokenizer.from_pretrained(get_model_path())
-    torch.manual_seed(0)
-    T.BertForMaskedLM(tiny_config("bert", tokenizer.vocab_size)).save_pretrained(tmp_path / "mlm")
-    tokenizer.save_pretrained(tmp_path / "mlm")
-    model = str(tmp_path / "mlm")
-    task = prepare_task(load_task(tiny_task), tiny_task.parent.parent / "data", load_tokenizer(model))
+    model, task = _masked_lm(tmp_path, tiny_task)
     module = task.build_module(load_encoder(model), _hp(adapter="lora", lora_targets="query,value,dense"))
     trains = {n for n, p in module.encoder.named_parameters() if p.requires_grad}
     assert {"pooler.dense.base_layer.weight", "pooler.dense.base_layer.bias"} <= trains
