@@ -30,7 +30,8 @@ def run_way(args: argparse.Namespace, compiled: bool) -> list[dict]:
     from suite.data.paths import data_dir
     from suite.heads.registry import prepare_task
     from suite.model.encoders import load_encoder, load_tokenizer
-    from suite.training.trial import Seeds, TrialPlan, run_trial
+    from suite.training.trial import run_trial
+    from suite.training.trial_plan import Seeds, TrialPlan
 
     torch.set_num_threads(args.threads)
     spec = load_task(args.task)

@@ -85,7 +85,8 @@ def main() -> None:
     from suite.data.paths import data_dir
     from suite.heads.registry import prepare_task
     from suite.model.encoders import load_tokenizer
-    from suite.training.trial import Seeds, TrialPlan, run_trial
+    from suite.training.trial import run_trial
+    from suite.training.trial_plan import Seeds, TrialPlan
 
     parser = argparse.ArgumentParser()
     parser.add_argument("task", nargs="?", default="tasks/sst2.yaml")

@@ -79,7 +79,8 @@ def train_mode(args: argparse.Namespace) -> None:
     from suite.heads.registry import prepare_task
     from suite.model.encoders import load_tokenizer
     from suite.training.replicas import run_replicates
-    from suite.training.trial import Seeds, TrialPlan, run_trial
+    from suite.training.trial import run_trial
+    from suite.training.trial_plan import Seeds, TrialPlan
 
     spec = load_task(args.task).model_copy(update={"eval_limit": args.dev, "max_length": args.max_length})
     task = prepare_task(spec, data_dir(), load_tokenizer(args.model))

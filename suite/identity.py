@@ -27,9 +27,11 @@ number.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import hashlib
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -118,10 +120,39 @@ def digest_of(root: Path, modules: Iterable[str]) -> str:
     return blob.hexdigest()[:16]
 
 
+CACHE_ENV = "SUITE_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """Where the suite keeps what it can make again: tokenised features, the code digest."""
+    return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "suite")).expanduser()
+
+
 @functools.cache
 def code_digest() -> str:
-    """The digest of the pinned modules as this process found them (read once)."""
-    return digest_of(SUITE, pinned_modules())
+    """The digest of the pinned modules as this process found them (read once).
+
+    Parsing them costs ~0.85 s, paid by every planning child and worker, so the digest is kept in
+    the cache under the suite sources' names, sizes and modification times, as Python keeps its
+    bytecode: any edit to any suite module is a new stamp, hence a fresh parse."""
+    stamp = source_stamp(SUITE)
+    kept = cache_dir() / "code" / f"digest-{stamp}"
+    with contextlib.suppress(OSError):
+        return kept.read_text()
+    digest = digest_of(SUITE, pinned_modules())
+    with contextlib.suppress(OSError):  # a read-only cache only costs the parse next time
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_name(f"{kept.name}.{os.getpid()}")
+        partial.write_text(digest)
+        partial.replace(kept)  # atomic: a concurrent reader sees the whole digest or none
+    return digest
+
+
+def source_stamp(root: Path) -> str:
+    """Every module under `root` with its size and modification time (ns), hashed."""
+    files = sorted(root.rglob("*.py"))
+    stats = [(str(f.relative_to(root)), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    return hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:16]
 
 
 # The distributions whose versions decide a trial's numbers: every third-party library a pinned

@@ -39,6 +39,17 @@ def _threads_per_test_process() -> None:
         torch.set_num_threads(max(1, torch.get_num_threads() // processes))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first: the tests that train the bundled model (`slow`) and those that start suite
+    processes (`faults`) lead the collection, so pytest-xdist starts them early and the short ones
+    fill in around them, rather than one long test landing last and running alone."""
+
+    def rank(item: pytest.Item) -> int:
+        return 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("faults") else 2
+
+    items.sort(key=rank)  # stable: collection order within a rank
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _feature_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["SUITE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))

@@ -20,7 +20,8 @@ from suite.heads.registry import prepare_task
 from suite.model import adapters
 from suite.model.encoders import load_encoder, load_tokenizer
 from suite.stats.compare.recipes import format_recipe_table, recipe_table
-from suite.training.trial import Seeds, TrialPlan, _fit
+from suite.training.trial import _fit
+from suite.training.trial_plan import Seeds, TrialPlan
 from tests.conftest import ARCHITECTURES, REPO, run_tiny, tiny_config
 
 LORA = re.compile(r"\.lora_[AB]\.")

@@ -9,7 +9,8 @@ from suite.config.sweep import HParams
 from suite.config.task import load_task
 from suite.heads.registry import prepare_task
 from suite.model.encoders import load_tokenizer
-from suite.training.trial import Seeds, TrialPlan, run_trial
+from suite.training.trial import run_trial
+from suite.training.trial_plan import Seeds, TrialPlan
 from tests.conftest import ARCHITECTURES
 
 HP = HParams(lr=1e-3, batch_size=8, epochs=1)

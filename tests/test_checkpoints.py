@@ -24,7 +24,8 @@ from suite.heads.classification import reference_model
 from suite.heads.registry import PreparedTask, prepare_task
 from suite.model import stabilisers
 from suite.model.encoders import load_encoder, load_tokenizer
-from suite.training.trial import Seeds, TrialPlan, run_trial
+from suite.training.trial import run_trial
+from suite.training.trial_plan import Seeds, TrialPlan
 from tests.conftest import ARCHITECTURES, run_tiny, tiny_config
 
 HP = HParams(lr=1e-3, batch_size=8, epochs=1)

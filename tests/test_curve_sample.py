@@ -16,7 +16,8 @@ from suite.identity import study_fingerprint
 from suite.model.encoders import load_tokenizer
 from suite.study.resume import resumption, stored_task, with_stored_fields
 from suite.training.replicas import run_replicates
-from suite.training.trial import Seeds, TrialPlan, run_trial
+from suite.training.trial import run_trial
+from suite.training.trial_plan import Seeds, TrialPlan
 
 HP = HParams(lr=1e-3, batch_size=8, epochs=3)
 SAME = ("outcome", "score", "scores", "per_example", "loss_curve", "tokens", "n_dev", "epochs_run")

@@ -34,6 +34,25 @@ def test_dev_sampling_error_of_accuracy_is_the_binomial_one() -> None:
     assert error["ci95"][0] < p < error["ci95"][1] and error["unit"].startswith("dev examples")
 
 
+@pytest.mark.parametrize("num_labels", [2, 3])
+def test_class_metrics_from_confusion_counts_are_scikit_learns(num_labels: int) -> None:
+    """The bootstrap's fast metrics equal suite.model.metrics' (scikit-learn) on resamples,
+    including degenerate ones: one class only, a class never predicted."""
+    from suite.model.metrics import classification_scores
+    from suite.stats.estimates.examples import FROM_CONFUSION, confusion
+
+    rng = np.random.default_rng(1)
+    labels, predictions = rng.integers(0, num_labels, 60), rng.integers(0, num_labels, 60)
+    subsets = [rng.integers(0, 60, 60) for _ in range(200)] + [np.flatnonzero(labels == 0)]
+    predictions_no_last = np.minimum(predictions, num_labels - 2)
+    for i in subsets:
+        for shown in (predictions, predictions_no_last, np.zeros_like(predictions)):
+            expected = classification_scores(list(FROM_CONFUSION), labels[i], shown[i], num_labels)
+            counts = confusion(labels[i], shown[i], num_labels)
+            for name, metric in FROM_CONFUSION.items():
+                assert metric(counts) == pytest.approx(expected[name], abs=1e-12), (name, i)
+
+
 def test_ner_sampling_error_resamples_sentences_with_their_counts() -> None:
     record = {
         "score": 0.5,

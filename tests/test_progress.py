@@ -23,7 +23,8 @@ from suite.model.encoders import load_tokenizer
 from suite.study.plan import PROGRESS_ATTR
 from suite.study.progress import study_progress
 from suite.study.trial_progress import TrialProgress
-from suite.training.trial import Seeds, TrialPlan, run_trial
+from suite.training.trial import run_trial
+from suite.training.trial_plan import Seeds, TrialPlan
 
 
 class _Trial:

@@ -16,7 +16,8 @@ from suite.errors import SuiteError
 from suite.heads.registry import PreparedTask, prepare_task
 from suite.model.encoders import load_tokenizer
 from suite.training.replicas import TRAINING_CODE, _Group, run_replicates
-from suite.training.trial import Seeds, TrialPlan, run_trial
+from suite.training.trial import run_trial
+from suite.training.trial_plan import Seeds, TrialPlan
 from tests.conftest import WORDS, save_tiny_models
 
 FAMILIES = ["bert", "roberta", "distilbert", "albert", "electra", "deberta-v2"]

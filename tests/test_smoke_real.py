@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from suite.commands.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,6 +26,7 @@ def _smoke(out: Path, data: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "rte" / "minilm-l6" / "trials.jsonl").open()]
 
 
+@pytest.mark.slow
 def test_rte_smoke_is_reproducible_into_a_new_folder(tmp_path: Path, shared_data: Path) -> None:
     first = _smoke(tmp_path / "a", shared_data)
     assert len(first) >= 3

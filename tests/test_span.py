@@ -14,7 +14,8 @@ from suite.heads.registry import prepare_task
 from suite.heads.span import best_answers, collate_span
 from suite.model.encoders import load_tokenizer
 from suite.model.metrics import normalize_answer, squad_scores
-from suite.training.trial import Seeds, TrialPlan, run_trial
+from suite.training.trial import run_trial
+from suite.training.trial_plan import Seeds, TrialPlan
 from tests.conftest import ARCHITECTURES
 
 REPO = Path(__file__).resolve().parent.parent

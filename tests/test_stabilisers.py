@@ -15,7 +15,8 @@ from suite.errors import SpecError
 from suite.heads.registry import prepare_task
 from suite.model import stabilisers
 from suite.model.encoders import load_encoder, load_tokenizer
-from suite.training.trial import Seeds, TrialPlan, _fit
+from suite.training.trial import _fit
+from suite.training.trial_plan import Seeds, TrialPlan
 from tests.conftest import ARCHITECTURES, run_tiny
 
 LAYERED = [a for a in ARCHITECTURES if a != "albert"]

@@ -9,7 +9,8 @@ from suite.config.task import FailureSpec, load_task
 from suite.heads.classification import ClassificationModule
 from suite.heads.registry import PreparedTask, prepare_task
 from suite.model.encoders import load_tokenizer
-from suite.training.trial import Seeds, TrialPlan, judge, run_trial
+from suite.training.trial import judge, run_trial
+from suite.training.trial_plan import Seeds, TrialPlan
 
 HP = HParams(lr=1e-3, batch_size=8, epochs=2)
 

@@ -21,7 +21,7 @@ from suite.config.request import Request
 from suite.config.task import size_order
 from suite.errors import SuiteError
 from suite.study.setup import Setup, setup_study
-from suite.training.trial import TrialPlan
+from suite.training.trial_plan import TrialPlan
 
 TIMED_STEPS = 3  # after one untimed warm-up step (allocations, lazy initialisation)
 EVAL_BATCH = 64  # FeatureDataModule's dev batch size

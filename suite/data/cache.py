@@ -10,20 +10,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from suite.errors import SuiteError
 from suite.faults import reach
-from suite.identity import feature_key
-
-ENV_VAR = "SUITE_CACHE_DIR"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get(ENV_VAR, Path.home() / ".cache" / "suite")).expanduser()
+from suite.identity import CACHE_ENV, cache_dir, feature_key
 
 
 def cached(key: dict[str, Any], build: Callable[[], Any]) -> Any:
@@ -49,6 +42,6 @@ def cached(key: dict[str, Any], build: Callable[[], Any]) -> Any:
     except OSError as err:
         raise SuiteError(
             f"{cache_dir()}: cannot write the feature cache ({err.strerror or err}); "
-            f"free space or set {ENV_VAR}"
+            f"free space or set {CACHE_ENV}"
         ) from None
     return value

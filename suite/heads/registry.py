@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from transformers import DataCollatorWithPadding, PreTrainedModel
@@ -18,10 +18,6 @@ from suite.data.squad import QAData
 from suite.data.subsample import regression_strata, subsample_indices
 from suite.data.tagging import TaggingData, assemble, collate_tagging
 from suite.errors import SpecError
-from suite.heads.base import EncoderModule
-from suite.heads.classification import ClassificationModule
-from suite.heads.span import SpanModule, best_answers, collate_span
-from suite.heads.tagging import TaggingModule
 from suite.model import adapters, stabilisers
 from suite.model.encoders import default_head, draw_missing
 from suite.model.metrics import (
@@ -31,6 +27,13 @@ from suite.model.metrics import (
     squad_scores,
     trivial_baseline,
 )
+
+if TYPE_CHECKING:
+    from suite.heads.base import EncoderModule
+
+# The head modules (Lightning) are imported where a module is built or a span scored, not here:
+# planning (`run --workers N`'s child, `plan`, `validate`) prepares tasks without training, and
+# importing Lightning costs each of those processes ~2 s and ~150 MB (benchmarks/RESULTS.md).
 
 # The curve sample's seed: one fixed sample of the evaluation set for every trial (never a trial's seeds).
 CURVE_SAMPLE_SEED = 0
@@ -90,6 +93,8 @@ def _classification(spec: TaskSpec, root: Path | None, tokenizer: Any) -> Prepar
         classifier = spec.classifier if hparams.classifier == "task" else hparams.classifier
         if classifier == "model":  # a spec used without `study.setup.load_specs` (the API, tests)
             classifier = default_head(encoder.name_or_path)
+        from suite.heads.classification import ClassificationModule
+
         return ClassificationModule(
             encoder, hparams, data.num_labels, names, regression=spec.regression, classifier=classifier
         )
@@ -124,6 +129,8 @@ def _tagging(spec: TaskSpec, root: Path | None, tokenizer: Any) -> PreparedTask:
     baseline = {name: 0.0 for name in [spec.metric.main, *spec.metric.extra]}
 
     def build(task: PreparedTask, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
+        from suite.heads.tagging import TaggingModule
+
         return TaggingModule(encoder, hparams, data.tags, tagging_scorer(data), crf=spec.tagging.crf)
 
     collate = collate_tagging(tokenizer)
@@ -137,6 +144,8 @@ def span_scorer(data: QAData) -> Callable[[dict, dict, Positions], Scored]:
     contexts, golds, qa = [e.context for e in data.dev], data.golds(), data.qa
 
     def score(start: dict, end: dict, positions: Positions = None) -> Scored:
+        from suite.heads.span import best_answers
+
         keep = range(len(golds)) if positions is None else positions.tolist()
         chosen = set(keep)
         numbers = [w for w, window in enumerate(windows) if window["example"] in chosen]
@@ -159,6 +168,8 @@ def _span(spec: TaskSpec, root: Path | None, tokenizer: Any) -> PreparedTask:
     baseline = {name: 0.0 for name in [spec.metric.main, *spec.metric.extra]}  # no answer scores 0
 
     def build(task: PreparedTask, encoder: PreTrainedModel, hparams: HParams) -> EncoderModule:
+        from suite.heads.span import SpanModule
+
         return SpanModule(encoder, hparams, span_scorer(data))
 
     def note() -> dict[str, Any]:
@@ -168,6 +179,8 @@ def _span(spec: TaskSpec, root: Path | None, tokenizer: Any) -> PreparedTask:
             "pool": len(data.pool),
             "pool_files": spec.qa.eval_pool,
         }
+
+    from suite.heads.span import collate_span
 
     # A hub source evaluates its own evaluation split: no note, as for the other heads.
     return PreparedTask(

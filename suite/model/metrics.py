@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
 
@@ -25,12 +24,19 @@ def _sk() -> Any:
     return metrics
 
 
+def _stats() -> Any:
+    """scipy.stats at first use (~1 s to import): only regression scores need it."""
+    from scipy import stats
+
+    return stats
+
+
 def _pearson(y: np.ndarray, p: np.ndarray) -> float:
-    return 0.0 if np.std(p) == 0 or np.std(y) == 0 else float(stats.pearsonr(y, p)[0])
+    return 0.0 if np.std(p) == 0 or np.std(y) == 0 else float(_stats().pearsonr(y, p)[0])
 
 
 def _spearman(y: np.ndarray, p: np.ndarray) -> float:
-    return 0.0 if np.std(p) == 0 or np.std(y) == 0 else float(stats.spearmanr(y, p)[0])
+    return 0.0 if np.std(p) == 0 or np.std(y) == 0 else float(_stats().spearmanr(y, p)[0])
 
 
 CLASSIFICATION: dict[str, Metric] = {

@@ -20,6 +20,7 @@ import jsonschema
 from suite import __version__
 from suite.config.task import higher_is_better, size_order
 from suite.errors import SuiteError
+from suite.identity import version
 from suite.provenance import git_commit
 from suite.stats.compare import (
     RANK_FIELDS,
@@ -209,16 +210,15 @@ def build(
                 by_setting[setting_key(r["hparams"])].append(r)
             entries.extend(_entry(info, size, rs, importance) for rs in by_setting.values())
     rank(entries)
-    import torch
-    import transformers
-
     return {
         "schema_version": SCHEMA_VERSION,
         "ranking_rule": RANKING_RULE,
         "provenance": {
             "suite_version": __version__,
             "git_commit": git_commit(),
-            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+            # From the installed metadata (the same strings as the modules' __version__): writing a
+            # leaderboard never imports torch (2 s of a `run` process's exit, benchmarks/RESULTS.md).
+            "versions": {name: version(name) for name in ("torch", "transformers")},
         },
         "entries": entries,
         **({"aggregates": found} if (found := cross_task(entries, reference)) is not None else {}),

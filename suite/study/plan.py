@@ -28,7 +28,7 @@ from suite.study.records import WHOLE_SET, final_records, outcome, repeated_runs
 from suite.study.storage import open_storage
 
 if TYPE_CHECKING:  # the trial module imports torch and Lightning: `run`'s waiting process needs neither
-    from suite.training.trial import TrialPlan
+    from suite.training.trial_plan import TrialPlan
 
 
 def replicate_seeds(sweep: SweepSpec, size: int | str) -> list[tuple[int, int, int]]:
@@ -48,7 +48,7 @@ def replicates(task: TaskSpec, sweep: SweepSpec) -> int:
 
 def replicate_plans(task: TaskSpec, sweep: SweepSpec, values: dict[str, Any]) -> list[TrialPlan]:
     """One setting at every size on the sweep's seed grid."""
-    from suite.training.trial import Seeds, TrialPlan
+    from suite.training.trial_plan import Seeds, TrialPlan
 
     hparams = sweep.hparams_for(values)
     return [TrialPlan(size, hparams, Seeds(*s)) for size in task.sizes for s in replicate_seeds(sweep, size)]

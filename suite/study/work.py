@@ -28,7 +28,8 @@ from suite.study.records import outcome, run_key
 from suite.study.storage import HEARTBEAT_ENV
 from suite.study.supervise import WORKER_ATTR, stop_point, stops_allowed, stops_held
 from suite.study.trial_progress import TrialProgress
-from suite.training.trial import Seeds, TrialPlan, run_trial
+from suite.training.trial import run_trial
+from suite.training.trial_plan import Seeds, TrialPlan
 
 MAX_ATTEMPTS = 2  # an errored trial is retried once with the same seeds
 

@@ -44,7 +44,6 @@ from suite.model.adapters import parameter_counts
 from suite.model.devices import resolve_trainer
 from suite.model.encoders import load_encoder
 from suite.training.trial import (
-    TrialPlan,
     _finish,
     add_eval_time,
     crash_reason,
@@ -52,6 +51,7 @@ from suite.training.trial import (
     new_record,
     record_costs,
 )
+from suite.training.trial_plan import TrialPlan
 
 # SDPA's CPU kernel has no vmap batching rule: torch loops over the replicates for that one op
 # (measured about as fast as eager attention's batched matmuls at R=4), and warns every step.

@@ -17,15 +17,13 @@ import time
 import traceback
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import lightning as L
 import optuna
 import torch
 
-from suite.config.sweep import HParams
-from suite.config.task import Size
 from suite.data.module import FeatureDataModule
 from suite.data.pieces import piece_cost
 from suite.errors import SuiteError, TrialDiverged
@@ -33,33 +31,12 @@ from suite.heads.registry import CURVE_SAMPLE_SEED, PreparedTask
 from suite.model.adapters import parameter_counts
 from suite.model.devices import resolve_trainer
 from suite.model.encoders import load_encoder
+from suite.training.trial_plan import TrialPlan
 
 # Lightning sets its loggers to INFO on import; a study prints its own progress and summary.
 logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
 logging.getLogger("lightning.fabric").setLevel(logging.ERROR)
 warnings.filterwarnings("ignore", module=r"lightning\..*")
-
-
-@dataclass(frozen=True)
-class Seeds:
-    init: int  # the new head's weights, and the encoder weights its checkpoint lacked
-    order: int  # training data order and dropout masks
-    subsample: int  # which training examples a small-data size draws
-
-
-@dataclass(frozen=True)
-class TrialPlan:
-    size: Size
-    hparams: HParams
-    seeds: Seeds
-
-    @property
-    def key(self) -> str:
-        """Identifies a planned run; a study runs each key exactly once."""
-        h = self.hparams.as_record()
-        setting = ",".join(f"{k}={h[k]}" for k in sorted(h))
-        s = self.seeds
-        return f"size={self.size}|{setting}|init={s.init},order={s.order},subsample={s.subsample}"
 
 
 def run_trial(

@@ -26,7 +26,8 @@ from suite.data.module import FeatureDataModule
 from suite.data.subsample import subsample_indices
 from suite.heads.registry import PreparedTask, prepare_task
 from suite.model.encoders import load_encoder, load_tokenizer
-from suite.training.trial import Seeds, TrialPlan, run_trial
+from suite.training.trial import run_trial
+from suite.training.trial_plan import Seeds, TrialPlan
 
 REPO = Path(__file__).resolve().parents[2]
 HP = HParams(lr=1e-3, batch_size=8, epochs=2)

@@ -28,11 +28,13 @@ RESAMPLES = 1000
 def _score_fn(per_example: dict[str, list], metric: str, num_labels: int) -> Callable[[np.ndarray], float]:
     """The run's metric recomputed on a subset (index array) of its dev examples."""
     if "label" in per_example:  # classification or regression
+        labels, predictions = np.asarray(per_example["label"]), np.asarray(per_example["prediction"])
+        if metric in FROM_CONFUSION:
+            return lambda i: FROM_CONFUSION[metric](confusion(labels[i], predictions[i], num_labels))
         # Here, not at the top: scikit-learn (and pandas) load in ~1.5 s, and every user of the
         # estimates layer (`suite compare`, `suite leaderboard`) would pay it on import.
         from suite.model.metrics import classification_scores
 
-        labels, predictions = np.asarray(per_example["label"]), np.asarray(per_example["prediction"])
         return lambda i: classification_scores([metric], labels[i], predictions[i], num_labels)[metric]
     if "gold" in per_example:  # NER: micro entity F1 from summed counts
         counts = {k: np.asarray(v, dtype=float) for k, v in per_example.items()}
@@ -44,6 +46,44 @@ def _score_fn(per_example: dict[str, list], metric: str, num_labels: int) -> Cal
         return entity_f1
     values = np.asarray(per_example[metric], dtype=float)  # QA: a mean over questions
     return lambda i: float(values[i].mean())
+
+
+# A bootstrap scores 1,000 resamples per run. scikit-learn checks its inputs on every call (~1.7 ms:
+# 1.7 s per run, most of a small study's output time), so the class metrics a resample needs are
+# computed here from its confusion counts, as scikit-learn computes them (tests/test_examples.py
+# holds them to scikit-learn's on random resamples).
+def confusion(labels: np.ndarray, predictions: np.ndarray, num_labels: int) -> np.ndarray:
+    """counts[true, predicted] over the classes 0..num_labels-1."""
+    k = num_labels
+    return np.bincount(labels.astype(int) * k + predictions.astype(int), minlength=k * k).reshape(k, k)
+
+
+def _accuracy(counts: np.ndarray) -> float:
+    return float(np.trace(counts) / counts.sum())
+
+
+def _f1(counts: np.ndarray) -> float:
+    """Binary F1 of class 1 for two classes, macro F1 otherwise (suite.model.metrics' choice);
+    0 where a class is neither true nor predicted (zero_division=0)."""
+    true, predicted, hits = counts.sum(axis=1), counts.sum(axis=0), np.diag(counts)
+    denominator = (true + predicted).astype(float)
+    per_class = np.divide(2.0 * hits, denominator, out=np.zeros(len(hits)), where=denominator > 0)
+    return float(per_class[1]) if len(hits) == 2 else float(per_class.mean())
+
+
+def _matthews(counts: np.ndarray) -> float:
+    true, predicted = counts.sum(axis=1, dtype=np.float64), counts.sum(axis=0, dtype=np.float64)
+    right, n = np.trace(counts, dtype=np.float64), counts.sum(dtype=np.float64)
+    covariance = right * n - np.dot(true, predicted)
+    spread = (n * n - np.dot(predicted, predicted)) * (n * n - np.dot(true, true))
+    return 0.0 if spread == 0 else float(covariance / np.sqrt(spread))
+
+
+FROM_CONFUSION: dict[str, Callable[[np.ndarray], float]] = {
+    "accuracy": _accuracy,
+    "f1": _f1,
+    "matthews": _matthews,
+}
 
 
 def dev_sampling_error(

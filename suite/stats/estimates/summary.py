@@ -226,10 +226,6 @@ def hyperparameter_importance(records: Sequence[TrialRecord], seed: int = 0) -> 
     "unexplained (seeds, noise)": 1 - f, "settings", "runs"}; {} when no parameter varies.
     Seeds are not parameters: what the settings leave unexplained is theirs and noise's.
     """
-    import optuna
-    from optuna.distributions import CategoricalDistribution
-    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
-
     kept = scored(records)
     keys = sorted({k for r in kept for k in r["hparams"]} | {"size"})
     values = {k: sorted({_param(r, k) for r in kept}, key=str) for k in keys}
@@ -240,6 +236,10 @@ def hyperparameter_importance(records: Sequence[TrialRecord], seed: int = 0) -> 
     for r in kept:
         groups[repr([_param(r, k) for k in varying])].append(r["score"])
     explained = explained_by_settings(list(groups.values()))
+    import optuna  # here, past the early return: fANOVA imports scikit-learn and pandas (~1 s)
+    from optuna.distributions import CategoricalDistribution
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize")
     for r in kept:
