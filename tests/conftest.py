@@ -30,8 +30,9 @@ def _gpu_tests_see_the_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.M
 
 @pytest.fixture(autouse=True, scope="session")
 def _threads_per_test_process() -> None:
-    """Under pytest-xdist (`make test -n auto`), the tests' own training shares the cores: each test
-    process takes its share of torch threads (oversubscribed OpenMP threads spin and crawl)."""
+    """Under pytest-xdist (`make test`: one test process more than cores), the tests' own training
+    shares the cores: each test process takes its share of torch threads, at least one
+    (oversubscribed OpenMP threads spin and crawl)."""
     processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if processes > 1:
         import torch
@@ -197,19 +198,18 @@ def _tiny_rows(n: int, seed: int) -> list[str]:
     return rows
 
 
-@pytest.fixture
-def tiny_task(tmp_path: Path) -> Path:
-    """A task YAML + data folder + sweep for fast end-to-end runs; returns the task YAML path."""
-    data = tmp_path / "data" / "tiny"
+def write_tiny_task(root: Path) -> Path:
+    """A task YAML + data folder + sweep for fast end-to-end runs under `root`; returns the YAML."""
+    data = root / "data" / "tiny"
     data.mkdir(parents=True)
     for name, n, seed in (("train.tsv", 48, 1), ("dev.tsv", 24, 2)):
         (data / name).write_text("s1\ts2\tlabel\n" + "\n".join(_tiny_rows(n, seed)) + "\n")
-    (tmp_path / "sweeps").mkdir()
-    (tmp_path / "sweeps" / "tiny.yaml").write_text(
+    (root / "sweeps").mkdir()
+    (root / "sweeps" / "tiny.yaml").write_text(
         "name: tiny\nhparams: {lr: 1.0e-3, batch_size: 8, epochs: 2}\nseeds: {master: 0, repeats: 3}\n"
     )
-    (tmp_path / "tasks").mkdir()
-    task = tmp_path / "tasks" / "tiny.yaml"
+    (root / "tasks").mkdir()
+    task = root / "tasks" / "tiny.yaml"
     task.write_text(
         "name: tiny\nversion: 1\nhead: classification\n"
         "data: {local: tiny, format: tsv, train: train.tsv, validation: dev.tsv,"
@@ -218,6 +218,12 @@ def tiny_task(tmp_path: Path) -> Path:
         "sizes: [32]\nsweep: sweeps/tiny.yaml\n"
     )
     return task
+
+
+@pytest.fixture
+def tiny_task(tmp_path: Path) -> Path:
+    """The tiny task (`write_tiny_task`) in this test's tmp_path."""
+    return write_tiny_task(tmp_path)
 
 
 @pytest.fixture

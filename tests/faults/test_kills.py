@@ -18,6 +18,7 @@ import optuna
 import pytest
 
 from suite.outputs.leaderboard import read_leaderboard
+from tests.conftest import write_tiny_task
 
 pytestmark = pytest.mark.faults
 KILL_POINTS = ["cache_write", "train_step:3", "evaluation:2", "outputs_write"]
@@ -60,10 +61,13 @@ def _check_complete(folder: Path, expected: dict[str, tuple]) -> None:
     json.loads((folder / "run.json").read_text())
 
 
-@pytest.fixture
-def uninterrupted(tiny_task: Path, tiny_models, tmp_path: Path) -> dict[str, tuple]:  # noqa: ANN001
-    out = tmp_path / "clean"
-    done = _run(_command(tiny_task, tiny_models["bert"], out), _env(tmp_path / "cache-clean"))
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_models, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:  # noqa: ANN001
+    """The outcomes of the tiny task run without a kill, once for the tests below (each kills its
+    own copy of the same task: keys and numbers do not depend on where a task lives)."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    task, out = write_tiny_task(root), root / "clean"
+    done = _run(_command(task, tiny_models["bert"], out), _env(root / "cache-clean"))
     assert done.returncode == 0, done.stderr[-2000:]
     return _outcomes(next(out.glob("*/*")))
 
