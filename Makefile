@@ -20,12 +20,8 @@ venv: $(BIN)/suite
 run: venv
 	SUITE_DATA_DIR=$(DATA) $(BIN)/python -m suite run $(TASK) --profile $(PROFILE) --workers $(WORKERS)
 
-# One test process more than cores (pytest-xdist): while one waits on the suite processes it started
-# (a heartbeat, a stop's grace period), another computes.
-TEST_PROCESSES ?= $(shell echo $$(( $$(nproc) + 1 )))
-
 test: venv
-	SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist worksteal --durations=15  # the 15 slowest tests, to keep the suite fast
+	SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q -n auto --dist load --durations=15  # one test process per core (pytest-xdist), handed the next test as it frees: the long ones, collected first, spread over the cores; the 15 slowest tests, to keep the suite fast
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # docs/ -> build/docs/: a dead link or a page not in nav fails (not --quiet: it hides the warnings strict counts)
 	$(BIN)/ruff check suite tests benchmarks analysis
 

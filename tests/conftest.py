@@ -30,9 +30,9 @@ def _gpu_tests_see_the_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.M
 
 @pytest.fixture(autouse=True, scope="session")
 def _threads_per_test_process() -> None:
-    """Under pytest-xdist (`make test`: one test process more than cores), the tests' own training
-    shares the cores: each test process takes its share of torch threads, at least one
-    (oversubscribed OpenMP threads spin and crawl)."""
+    """Under pytest-xdist (`make test`: one test process per core), the tests' own training shares
+    the cores: each test process takes its share of torch threads (oversubscribed OpenMP threads
+    spin and crawl)."""
     processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if processes > 1:
         import torch
@@ -43,7 +43,8 @@ def _threads_per_test_process() -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest first: the tests that train the bundled model (`slow`) and those that start suite
     processes (`faults`) lead the collection, so pytest-xdist starts them early and the short ones
-    fill in around them, rather than one long test landing last and running alone."""
+    fill in around them (`--dist load` hands each test process the next test as it frees), rather
+    than one long test landing last and running alone."""
 
     def rank(item: pytest.Item) -> int:
         return 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("faults") else 2
