@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import optuna
@@ -26,9 +26,7 @@ from suite.config.task import TaskSpec
 from suite.errors import SuiteError
 from suite.study.records import WHOLE_SET, final_records, outcome, repeated_runs, run_key
 from suite.study.storage import open_storage
-
-if TYPE_CHECKING:  # the trial module imports torch and Lightning: `run`'s waiting process needs neither
-    from suite.training.trial_plan import TrialPlan
+from suite.training.trial_plan import Seeds, TrialPlan  # plain dataclasses: no torch, no Lightning
 
 
 def replicate_seeds(sweep: SweepSpec, size: int | str) -> list[tuple[int, int, int]]:
@@ -48,8 +46,6 @@ def replicates(task: TaskSpec, sweep: SweepSpec) -> int:
 
 def replicate_plans(task: TaskSpec, sweep: SweepSpec, values: dict[str, Any]) -> list[TrialPlan]:
     """One setting at every size on the sweep's seed grid."""
-    from suite.training.trial_plan import Seeds, TrialPlan
-
     hparams = sweep.hparams_for(values)
     return [TrialPlan(size, hparams, Seeds(*s)) for size in task.sizes for s in replicate_seeds(sweep, size)]
 
