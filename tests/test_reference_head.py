@@ -28,7 +28,9 @@ def test_default_head_lands_inside_the_reference_distribution(shared_data: Path)
     overrides = {"eval_limit": 200, "classifier": "auto", "curve_sample": 32}
     spec = TaskSpec.model_validate({**spec.model_dump(), **overrides})
     task = prepare_task(spec, shared_data, load_tokenizer(spec.model))
-    hp, size = HParams(lr=1e-4, batch_size=16, epochs=4), 128  # the smallest regime where both learn
+    # The cheapest regime found where both clearly learn (medians 0.73 and 0.72 at 1 thread): 3 epochs
+    # at 2e-4 cost 0.78x 4 epochs at 1e-4 (medians 0.69, 0.675); 3 at 1e-4, or 96 sentences, learn nothing.
+    hp, size = HParams(lr=2e-4, batch_size=16, epochs=3), 128
     seeds = list(seed_grid(SeedSpec(repeats=5)))
     ours = [run_trial(task, spec.model, TrialPlan(size, hp, Seeds(*s))) for s in seeds]
     assert {r["head"] for r in ours} == {"auto: BertForSequenceClassification"}
