@@ -94,7 +94,7 @@ def suite_way(args: argparse.Namespace, folder: Path, workers: int) -> dict[str,
         "--workers",
         str(workers),
         "--threads",
-        str(args.threads),
+        str(max(1, args.threads // workers)),  # the same cores in all: 2 workers x 1 thread on 2
         "--accelerator",
         accelerator(args.device),
     ]
