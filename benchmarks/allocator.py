@@ -30,7 +30,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 WAYS = {"default": 0, "mmap-1m": 1 << 20}
 IMPORTS = [  # what a worker imports, in its order
     "torch", "transformers", "transformers.modeling_utils", "lightning.pytorch", "optuna",
@@ -51,22 +50,23 @@ print(json.dumps({"rows": rows, "total": last}))
 """
 
 TRIAL = r"""
-import ctypes, gc, json, resource, sys, time
+import ctypes, gc, json, os, resource, sys
 from pathlib import Path
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 threshold, epochs, out = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 if threshold:
-    assert ctypes.CDLL("libc.so.6").mallopt(-3, threshold) == 1
+    assert ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, threshold) == 1
 import lightning as L
 import torch
+from benchmarks.memory import proc_status
 from suite.config.request import Request
 from suite.study.memory import release, reset_peak, trimming
 from suite.study.plan import plan_trials
 from suite.study.setup import setup_study
 from suite.training.trial import run_trial
 
-def status(key):
-    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-    return int(fields[key].split()[0]) / 1024
+def rss_mb():
+    return proc_status(os.getpid())["VmRSS"] / 1024
 
 class LiveTensors(L.Callback):
     seen = None
@@ -80,14 +80,14 @@ class LiveTensors(L.Callback):
                 storages[storage.data_ptr()] = storage.nbytes()
         weights = sum(p.numel() * p.element_size() for p in module.parameters())
         self.seen = {"tensors_mb": sum(storages.values()) / 2**20, "weights_mb": weights / 2**20,
-                     "rss_mb": status("VmRSS")}
+                     "rss_mb": rss_mb()}
 
 torch.set_num_threads(1)
 request = Request(task="tasks/ner.yaml", workers="1", threads=1, quiet=True,
                   sets=(f"sweep.hparams.epochs={epochs}",), out=out)
 setup = setup_study(request)
 release()
-after_setup = status("VmRSS")
+after_setup = rss_mb()
 probe = LiveTensors()
 reset_peak()
 start = resource.getrusage(resource.RUSAGE_SELF)
@@ -131,6 +131,8 @@ def trials(ways: list[str], epochs: int, out: Path) -> dict[str, dict]:
         if process.returncode != 0:
             raise SystemExit(f"{way}: exit {process.returncode}\n{stderr[-2000:]}")
         results[way] = json.loads(stdout.strip().splitlines()[-1])
+        if results[way]["outcome"] == "errored":
+            raise SystemExit(f"{way}: the trial errored; its figures are not a trial's")
     return results
 
 
