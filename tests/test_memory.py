@@ -19,8 +19,9 @@ import pytest
 from suite.errors import SpecError
 from suite.heads.registry import PreparedTask
 from suite.study.memory import release, reset_peak, trimming
-from suite.study.offload import in_child
+from suite.study.offload import start_child
 from suite.study.setup import _int_size
+from tests.child_calls import answer_then_go_on
 from tests.conftest import run_tiny
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,15 +55,37 @@ print(json.dumps({**seen, "code": code}))
 """
 
 
-def test_in_child_runs_elsewhere_and_raises_what_the_child_raised() -> None:
-    assert in_child(os.getpid) != os.getpid()
-    assert in_child(_int_size, "64") == 64
+def _in_child(function, *args):  # noqa: ANN001, ANN202
+    child = start_child(function, *args)
+    try:
+        return child.answer()
+    finally:
+        child.process.wait()
+
+
+def test_a_child_runs_elsewhere_and_raises_what_it_raised() -> None:
+    assert _in_child(os.getpid) != os.getpid()
+    assert _in_child(_int_size, "64") == 64
     expected = r"--size: expected an integer, K per class \(e.g. 16/class\) or 'full', got 'x'"
     with pytest.raises(SpecError, match=expected):
-        in_child(_int_size, "x")
+        _in_child(_int_size, "x")
     with pytest.raises(ValueError, match="invalid literal") as caught:
-        in_child(int, "x")
+        _in_child(int, "x")
     assert "in the child process" in "".join(caught.value.__notes__)
+
+
+def test_a_child_that_answered_goes_on_and_ends_as_a_command(tmp_path: Path) -> None:
+    """The answer comes before the child ends; what the call does after it is the child's own:
+    its return value is the exit code, a `SuiteError` one line and its code."""
+    here = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": here}  # the child imports tests.child_calls
+    for code in (0, 3, 2):
+        child = start_child(answer_then_go_on, str(tmp_path / f"{code}.txt"), code, env=env)
+        assert child.answer() == child.process.pid
+        assert child.process.wait() == code
+        assert (tmp_path / f"{code}.txt").read_text() == "went on"
+    with pytest.raises(RuntimeError, match="exited with code 1 before answering"):
+        start_child(os._exit, 1).answer()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
@@ -163,12 +186,20 @@ def test_a_trial_records_its_own_peak_not_an_earlier_trials() -> None:
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 < high - 250
 
 
-def test_workers_auto_that_finds_one_trains_in_the_run_process(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
-    """Planned in a child, which finds one worker enough (one planned trial): planned again and
-    run here, as `--workers 1`; the study and its records as with `--workers 1`."""
+def test_workers_auto_that_finds_one_trains_in_the_worker_that_planned(
+    tiny_task: Path, tiny_models, monkeypatch
+) -> None:  # noqa: ANN001
+    """The first worker plans and finds one worker enough (one planned trial): it trains the trial
+    itself; `run` starts no other worker and trains nothing."""
+    from suite.study import supervise
+
+    started: list[object] = []
+    command = supervise.worker_command
+    monkeypatch.setattr(supervise, "worker_command", lambda s: started.append(s) or command(s))
     folder = run_tiny(tiny_task, tiny_models["bert"], "--workers", "auto", "--seeds", "1")
     records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
-    assert len(records) == 1 and records[0]["worker"].endswith(f":{os.getpid()}")
+    assert len(records) == 1 and not records[0]["worker"].endswith(f":{os.getpid()}")
+    assert started == []
 
 
 def test_a_user_error_found_while_planning_in_the_child_is_the_same_error(

@@ -11,11 +11,21 @@ from typing import Any
 from suite.config.request import Request
 from suite.outputs.run_folder import summary_rows, write_outputs
 from suite.study.setup import Setup
-from suite.study.supervise import Stopped, run_workers, stop_with_parent, stops_as_interrupts
+from suite.study.supervise import (
+    Stopped,
+    grace_s,
+    run_workers,
+    stop_with_parent,
+    stop_workers,
+    stops_as_interrupts,
+    worker_command,
+    worker_env,
+)
 from suite.study.worker import (
     PUT_BACK,
     exit_status,
     interrupted_note,
+    join_checked,
     open_joined,
     planned_count,
     run_worker,
@@ -33,77 +43,96 @@ def run(request: Request) -> int:
 
 def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
     """`run`, also giving its setup and the final records it wrote (what `--until-*` reads).
-    With several workers, the planning runs in a child process: this one, which only waits for
-    the workers, then never holds torch, the data or the pre-flight's model (benchmarks/memory.py)."""
-    s, study, environments, planned = (
-        _planned_in_child(request) if str(request.workers) != "1" else (None, None, None, 0)
-    )
-    if study is None:  # one worker, in this process
-        from suite.study.planning import plan_study
-
-        s, study = plan_study(request if s is None else s.request)
-        planned = planned_count(s)
+    With several workers, the first worker plans: this process, which only waits for the
+    workers, then never holds torch, the data or the pre-flight's model (benchmarks/memory.py)."""
+    with stops_as_interrupts():
+        if str(request.workers) == "1":
+            s, study, planned = _run_here(request)
+        else:
+            s, study, planned = _run_supervised(request)
     assert s.folder is not None  # a planned study always has a run folder
-    tracking = trackers(s, s.name)
-    if tracking is not None:  # the MLflow parent run, before any trial is logged under it
-        tracking.open_study()
-    try:
-        with stops_as_interrupts():
-            if s.workers == 1:
-                import torch
-
-                torch.set_num_threads(s.threads)
-                run_worker(study, s, progress=not request.quiet)
-            else:
-                _run_workers(s, study, environments, planned, progress=not request.quiet)
-    except KeyboardInterrupt as stop:
-        print(interrupted_note(study, planned, _what_became_of(stop)), file=sys.stderr)
-        raise
     records, summary = write_outputs(study, s.folder, s.task)
     print(summary)
-    if tracking is not None:
+    if (tracking := trackers(s, s.name)) is not None:
         tracking.log_study(summary_rows(records))
     return exit_status(study), s, records
 
 
-def _planned_in_child(request: Request) -> tuple[Setup, Any, list[dict[str, str]] | None, int]:
-    """`plan_study` in a child process: the setup without its prepared task, the study, each
-    worker's environment and the planned trials (counting them imports torch); (setup, None, None,
-    0) when it found that one worker is enough (`--workers auto` on one CPU or GPU, or one trial
-    left): its request then asks for that one."""
-    import optuna
+def _run_here(request: Request) -> tuple[Setup, Any, int]:
+    """One worker, in this process: plan, then take trials until none is left."""
+    import torch
 
-    from suite.study.offload import in_child
-    from suite.study.storage import open_storage
-
-    s, environments, planned = in_child(_plan_for_workers, request)
-    if s.workers == 1:
-        return dataclasses.replace(s, request=dataclasses.replace(request, workers="1")), None, None, 0
-    if request.offline:  # the workers inherit it, as from a process that planned itself
-        os.environ["HF_HUB_OFFLINE"] = "1"
-    return s, optuna.load_study(study_name=s.name, storage=open_storage(s.url)), environments, planned
-
-
-def _plan_for_workers(request: Request) -> tuple[Setup, list[dict[str, str]], int]:
-    """The child's side of `_planned_in_child`."""
-    from suite.model.devices import worker_environment
     from suite.study.planning import plan_study
 
-    s, _ = plan_study(request)
-    environments = [worker_environment(i, s.trainer) for i in range(s.workers)]
-    return dataclasses.replace(s, prepared=None), environments, planned_count(s)
+    s, study = plan_study(request)
+    planned = planned_count(s)
+    if (tracking := trackers(s, s.name)) is not None:  # the MLflow parent run, before any trial
+        tracking.open_study()
+    torch.set_num_threads(s.threads)
+    try:
+        run_worker(study, s, progress=not request.quiet)
+    except KeyboardInterrupt:
+        print(interrupted_note(study, planned), file=sys.stderr)
+        raise
+    return s, study, planned
 
 
-def _run_workers(
-    s: Setup, study: Any, environments: list[dict[str, str]] | None, planned: int, progress: bool
-) -> None:
-    desc = f"trials ({s.workers} workers)"
-    shown = (lambda running: watch(study, planned, s.workers, running, desc)) if progress else None
-    codes = run_workers(s, study, environments, watch=shown)
+def _run_supervised(request: Request) -> tuple[Setup, Any, int]:
+    """The first worker plans and hands back the setup (without its prepared task), each worker's
+    environment and the planned trials; this process then starts the other workers (none when
+    one is enough: `--workers auto` on one CPU or GPU, or one trial left) and waits for all."""
+    import optuna
+
+    from suite.study.offload import start_child
+    from suite.study.storage import open_storage
+
+    first, answered = start_child(_plan_then_work, request, env=worker_env({}), new_session=True), False
+    try:
+        s, environments, planned = first.answer()
+        answered = True
+        if request.offline:  # as a process that planned itself
+            os.environ["HF_HUB_OFFLINE"] = "1"
+        study = optuna.load_study(study_name=s.name, storage=open_storage(s.url))
+    except BaseException as err:  # a stop, or an error: no worker goes on without this process
+        if answered or isinstance(err, KeyboardInterrupt):
+            stop_workers([first.process], grace_s())
+        else:  # it answered with its error and is ending
+            first.process.wait()
+        raise
+    desc = f"trials ({s.workers} worker{'s' if s.workers > 1 else ''})"
+    shown = None if request.quiet else (lambda running: watch(study, planned, s.workers, running, desc))
+    try:
+        codes = run_workers(s, study, environments, watch=shown, started=[first.process])
+    except KeyboardInterrupt as stop:
+        print(interrupted_note(study, planned, _what_became_of(stop)), file=sys.stderr)
+        raise
     if bad := [c for c in codes if c]:
-        print(
-            f"study {s.name}: {len(bad)} of {len(codes)} workers exited early (codes {bad})", file=sys.stderr
-        )
+        ended = f"{len(bad)} of {len(codes)} workers exited early (codes {bad})"
+        print(f"study {s.name}: {ended}", file=sys.stderr)
+    return s, study, planned
+
+
+def _plan_then_work(request: Request) -> int:
+    """The first worker's side of `_run_supervised`: plan, hand the plan back, then work as a
+    worker `run` started (`suite worker` with `worker_command`'s arguments); pinned to a device it
+    does not have yet (a GPU), it starts afresh as that worker."""
+    from suite.commands.cli import build_parser, request_of
+    from suite.model.devices import worker_environment
+    from suite.study.offload import hand_back
+    from suite.study.planning import plan_study
+
+    stop_with_parent()
+    s, study = plan_study(request)
+    environments = [worker_environment(i, s.trainer) for i in range(s.workers)]
+    if (tracking := trackers(s, s.name)) is not None:  # the MLflow parent run, before any trial
+        tracking.open_study()
+    hand_back((dataclasses.replace(s, prepared=None), environments, planned_count(s)))
+    command = worker_command(s)
+    if any(os.environ.get(name) != value for name, value in environments[0].items()):
+        sys.stdout.flush(), sys.stderr.flush()  # what planning printed, before the process is replaced
+        os.execve(command[0], command, {**os.environ, **environments[0]})
+    own = request_of(build_parser().parse_args(command[3:]))
+    return work_joined(study, dataclasses.replace(s, request=own, workers=1))
 
 
 def _what_became_of(stop: KeyboardInterrupt) -> str:
@@ -121,10 +150,19 @@ def worker(request: Request) -> int:
     """`suite worker`: join a study from another process or machine and run trials until done."""
     stop_with_parent()  # first: whatever stop handling this process inherited, a stop reaches it
     study, s = open_joined(request)
+    return work_joined(study, s)
+
+
+def work_joined(study: Any, s: Setup) -> int:
+    """A worker on a study it joined: trials until none is left; a stop says what it left."""
+    import torch
+
+    torch.set_num_threads(s.threads)
+    join_checked(study, s)
     try:
-        run_worker(study, s, progress=not request.quiet)
+        run_worker(study, s, progress=not s.request.quiet)
     except KeyboardInterrupt:
-        if not request.quiet:  # a worker `run` started is quiet: `run` speaks for the study
+        if not s.request.quiet:  # a worker `run` started is quiet: `run` speaks for the study
             print(interrupted_note(study, planned_count(s)), file=sys.stderr)
         raise
     return 0

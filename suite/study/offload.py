@@ -1,65 +1,128 @@
-"""A call run in a fresh Python process, its result (or its error) handed back.
+"""A call run in a fresh Python process, its result (or its error) handed back; the call may hand
+its result back early (`hand_back`) and go on working in that process.
 
 `suite run --workers N` uses it so that the process that only waits for its workers never holds
 what planning needs: torch, transformers and Lightning imported, the data read and tokenised,
 the model loaded for the pre-flight (on the NER default, benchmarks/memory.py: 743 MB while
-waiting before, 85 MB after). Exiting the child is what frees them: a process cannot give back
-its imports.
+waiting before, 85 MB after). The child that planned goes on as the first worker: its imports
+and prepared data are what a worker needs, and starting a process costs ~10 CPU-seconds of
+imports on 2 cores (benchmarks/RESULTS.md).
 
-The child's stdout and stderr are this process's; a `SuiteError` raised in it is raised here as
-the same error (same message, same exit code); another exception too, with the child's traceback
-as a note.
+The call travels on the child's stdin, the answer on a pipe of its own (the child's stdout and
+stderr are this process's); a `SuiteError` raised in the child before it answered is raised here
+as the same error (same message, same exit code); another exception too, with the child's
+traceback as a note.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
-import tempfile
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+_answer_fd: int | None = None  # in a child: the pipe its answer goes to, until it answers
 
-def in_child(function: Callable[..., Any], *args: Any) -> Any:
-    """`function(*args)` in a child interpreter (a module-level function; picklable arguments and
-    result)."""
-    with tempfile.TemporaryDirectory(prefix="suite-call-") as folder:
-        call, answer = Path(folder) / "call.pickle", Path(folder) / "answer.pickle"
-        call.write_bytes(pickle.dumps((function, args)))
-        code = subprocess.call([sys.executable, "-m", "suite.study.offload", str(call), str(answer)])
-        if not answer.is_file():
+
+class Child:
+    """A call running in a child process (`start_child`)."""
+
+    def __init__(self, process: subprocess.Popen, answers: int, name: str) -> None:
+        self.process, self._answers, self._name = process, answers, name
+
+    def answer(self) -> Any:
+        """What the call handed back (its result, or its error raised here); waits for it."""
+        with os.fdopen(self._answers, "rb") as pipe:
+            blob = pipe.read()
+        if not blob:
             raise RuntimeError(
-                f"{function.__module__}.{function.__qualname__}: the child process exited with code "
-                f"{code} before answering"
+                f"{self._name}: the child process exited with code {self.process.wait()} before answering"
             )
-        ok, value = pickle.loads(answer.read_bytes())
-    if not ok:
-        raise value
-    return value
+        ok, value = pickle.loads(blob)
+        if not ok:
+            raise value
+        return value
 
 
-def _answer(call: Path, answer: Path) -> int:
-    """The child's side: run the pickled call, write (True, result) or (False, error)."""
-    from suite.errors import SuiteError
-
-    function, args = pickle.loads(call.read_bytes())
+def start_child(
+    function: Callable[..., Any], *args: Any, env: dict[str, str] | None = None, new_session: bool = False
+) -> Child:
+    """`function(*args)` starting in a child interpreter (a module-level function; picklable
+    arguments and result); `env` its environment, `new_session` its own session (no terminal
+    signal reaches it)."""
+    read, write = os.pipe()
     try:
-        reply = (True, function(*args))
-    except Exception as err:  # noqa: BLE001 - every error goes back to the caller, which raises it
-        if not isinstance(err, SuiteError):
-            err.add_note("in the child process:\n" + "".join(traceback.format_exception(err)).rstrip())
-        reply = (False, err)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "suite.study.offload", str(write)],
+            stdin=subprocess.PIPE,
+            pass_fds=(write,),
+            env=env,
+            start_new_session=new_session,
+        )
+    except BaseException:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)  # the child holds the only writing end: its exit ends the answer
+    assert process.stdin is not None
+    with process.stdin:
+        process.stdin.write(pickle.dumps((function, args)))
+    return Child(process, read, f"{function.__module__}.{function.__qualname__}")
+
+
+def hand_back(value: Any) -> None:
+    """In a child: answer `value` now (the caller's `answer()` returns it) and go on."""
+    _reply((True, value))
+
+
+def _reply(reply: tuple[bool, Any]) -> None:
+    global _answer_fd
+    if _answer_fd is None:
+        raise RuntimeError("this process already answered (or is no child of `start_child`)")
     try:
         blob = pickle.dumps(reply)
     except Exception:  # noqa: BLE001 - an error that does not pickle goes back as its text
         text = "".join(traceback.format_exception(reply[1])) if not reply[0] else "an unpicklable result"
         blob = pickle.dumps((False, RuntimeError(f"in the child process:\n{text}")))
-    answer.write_bytes(blob)
+    with os.fdopen(_answer_fd, "wb") as pipe:
+        _answer_fd = None
+        pipe.write(blob)
+
+
+def _serve(answers: int) -> int:
+    """The child's side: run the call from stdin; answer its result or its error, unless it
+    answered itself. After an answer the process is on its own: an error ends it like a command's
+    (one line and the error's exit code for a `SuiteError`, 130 for a stop)."""
+    global _answer_fd
+    from suite.errors import SuiteError
+
+    os.set_inheritable(answers, False)  # a process this one starts does not hold the answer open
+    _answer_fd = answers
+    function, args = pickle.loads(sys.stdin.buffer.read())
+    try:
+        result = function(*args)
+    except Exception as err:  # noqa: BLE001 - every error goes back to the caller, which raises it
+        if _answer_fd is None:
+            if isinstance(err, SuiteError):
+                print(f"error: {err}", file=sys.stderr)
+                return err.exit_code
+            raise
+        if not isinstance(err, SuiteError):
+            err.add_note("in the child process:\n" + "".join(traceback.format_exception(err)).rstrip())
+        _reply((False, err))
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    if _answer_fd is None:
+        return result if isinstance(result, int) else 0
+    _reply((True, result))
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(_answer(Path(sys.argv[1]), Path(sys.argv[2])))
+if __name__ == "__main__":  # through the module's own name: `hand_back` reads its `_answer_fd`
+    from suite.study import offload
+
+    raise SystemExit(offload._serve(int(sys.argv[1])))

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -141,29 +141,41 @@ def run_workers(
     study: Any,
     environments: list[dict[str, str]] | None = None,
     watch: Callable[[Callable[[], bool]], None] | None = None,
+    started: Sequence[subprocess.Popen] = (),
 ) -> list[int]:
     """N local worker processes on the shared storage, each with its share of the CPU threads (or,
-    on GPUs, its own device); `watch(running)` shows progress while `running()`. Returns their exit
-    codes (the study's state, not these, decides the run's). A stop passes on to every worker;
-    once each has put its trial back (or the grace period passed), `Stopped` is raised."""
+    on GPUs, its own device); `started` are the first of them, already running; `watch(running)`
+    shows progress while `running()`. Returns their exit codes (the study's state, not these,
+    decides the run's). A stop passes on to every worker; once each has put its trial back (or the
+    grace period passed), `Stopped` is raised."""
     if environments is None:
         from suite.model.devices import worker_environment
 
         environments = [worker_environment(i, s.trainer) for i in range(s.workers)]
-    workers: list[subprocess.Popen] = []
+    workers = list(started)
     with stops_held():  # a stop while starting them is raised once every worker is known
         try:
-            for own in environments:
-                env = {**os.environ, **own, PARENT_ENV: str(os.getpid())}
-                workers.append(subprocess.Popen(worker_command(s), env=env, start_new_session=True))
+            for own in environments[len(started) :]:
+                command, env = worker_command(s), worker_env(own)
+                workers.append(subprocess.Popen(command, env=env, start_new_session=True))
             with stops_allowed():
                 if watch is not None:
                     watch(lambda: any(w.poll() is None for w in workers))
                 return [w.wait() for w in workers]
         except KeyboardInterrupt as err:
-            grace_s = float(os.environ.get(GRACE_ENV, "60"))
-            ended = stop_workers(workers, grace_s)
-            raise Stopped(trials_held_by(study, ended), grace_s) from err
+            ended = stop_workers(workers, grace_s())
+            raise Stopped(trials_held_by(study, ended), grace_s()) from err
+
+
+def worker_env(own: dict[str, str]) -> dict[str, str]:
+    """A local worker's environment: this process's, its own (a device), and this process's pid
+    (its death stops the worker: `stop_with_parent`). Workers start in their own session."""
+    return {**os.environ, **own, PARENT_ENV: str(os.getpid())}
+
+
+def grace_s() -> float:
+    """How long `run` waits for its stopped workers to put their trials back."""
+    return float(os.environ.get(GRACE_ENV, "60"))
 
 
 def worker_command(s: Setup) -> list[str]:

@@ -134,8 +134,8 @@ def trackers(s: Setup, study: str) -> Any:
 
 
 def open_joined(request: Request) -> tuple[Any, Setup]:
-    """The stored study `request` names and this worker's setup for it, checked against the study
-    (`suite worker`: another data file, model, thread count or suite version is refused)."""
+    """The stored study `request` names and this worker's setup for it (`suite worker`), to be
+    checked against the study (`join_checked`)."""
     import optuna
 
     from suite.study.storage import open_storage
@@ -152,15 +152,10 @@ def open_joined(request: Request) -> tuple[Any, Setup]:
     info = study.user_attrs.get("run_info")
     if not info:
         raise SuiteError(f"study {request.study!r}: has no run info (start it with `suite run`)")
-    s = join_study(request, info)
-    import torch
-
-    torch.set_num_threads(s.threads)
-    _join_checked(study, s)
-    return study, s
+    return study, join_study(request, info)
 
 
-def _join_checked(study: Any, s: Setup) -> None:
+def join_checked(study: Any, s: Setup) -> None:
     """Refuse a stored study this worker would not run the same way; store this worker's stack
     when the study has none yet (planned by `launch`), or mark it mixed for an allowed stack."""
     from suite.study.planning import adopt_stack, with_stack

@@ -218,3 +218,32 @@ def test_a_worker_that_does_not_stop_is_killed_after_the_grace_period_and_run_na
     assert len(running) == 2
     named = f"trials {running[0]}, {running[1]} still marked running, not put back within 2 s"
     assert named in err and "heartbeat" in err, err[-2000:]
+
+
+def test_a_stop_while_the_first_worker_plans_ends_it_and_the_rerun_runs_every_trial_once(
+    tiny_task: Path, tiny_models, tmp_path: Path, uninterrupted
+) -> None:  # noqa: ANN001
+    """With several workers the first one plans: stopped while it writes the features (before any
+    trial is queued or started), `run` stops it and exits 130, leaving no process behind; the rerun
+    plans again and runs each planned trial once, with the uninterrupted run's numbers."""
+    trace, out = tmp_path / "trace", tmp_path / "out"
+    command = _command(tiny_task, tiny_models["bert"], out) + ["--workers", "2"]
+    env = {**_env(tmp_path / "cache"), "SUITE_TRACE": str(trace), "SUITE_STALL_AT": "cache_write"}
+    run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    planner = None
+    try:
+        _wait_for(lambda: "cache_write" in (trace.read_text() if trace.exists() else ""), "the planning", 600)
+        planner = int(trace.read_text().split()[1])
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=600)
+        _wait_for(lambda: _gone(planner), "the planning worker to stop", 60)
+    finally:
+        for pid in filter(None, [run.pid, planner]):
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert run.returncode == 130, err[-2000:]
+    assert planner != run.pid and not _started(trace)  # it planned in a worker, and no trial started
+
+    rerun = _run(command, {**env, "SUITE_STALL_AT": ""})
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    _check_complete(next(out.glob("*/*")), uninterrupted)
