@@ -128,9 +128,10 @@ def test_output_layers_are_fp32_under_bf16_mixed_on_cuda(tiny_models) -> None:  
     assert not torch.equal(scores, scores.bfloat16().float())  # not rounded to bf16's ~0.02 steps
 
 
-def test_two_workers_on_cuda_each_pinned_and_each_trial_once(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
-    """`--workers 2` on the GPUs: the first worker plans, then starts afresh pinned to its device
-    (it planned before its device was known); each planned trial runs once, on a GPU."""
+def test_two_workers_on_cuda_run_each_planned_trial_once_on_a_gpu(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
+    """`--workers 2` on the GPUs: the first worker plans, then starts afresh as a worker pinned to
+    its device (it planned before its device was known; the pinning itself: tests/test_devices.py);
+    the study ends with each planned trial run once, on a GPU."""
     from tests.conftest import run_tiny
 
     folder = run_tiny(tiny_task, tiny_models["bert"], "--workers", "2", "--seeds", "4")

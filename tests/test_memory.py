@@ -202,11 +202,36 @@ def test_workers_auto_that_finds_one_trains_in_the_worker_that_planned(
     assert started == []
 
 
-def test_a_user_error_found_while_planning_in_the_child_is_the_same_error(
-    tiny_task: Path, tiny_models, capsys
+def test_an_explicit_worker_count_starts_no_process_for_a_trial_that_is_not_there(
+    tiny_task: Path, tiny_models, monkeypatch
 ) -> None:  # noqa: ANN001
-    run_tiny(tiny_task, tiny_models["bert"], "--workers", "2", "--set", "max_length=-3", expect=2)
-    assert "max_length" in capsys.readouterr().err
+    """`--workers 2` on a new one-trial study: the worker that planned trains it alone, at the
+    threads two workers would have had (the study's identity is what was asked); rerun with
+    `--workers 2` once it ended: it only writes the outputs, no worker started besides."""
+    from suite.model.devices import usable_cpus
+    from suite.study import supervise
+
+    started: list[object] = []
+    command = supervise.worker_command
+    monkeypatch.setattr(supervise, "worker_command", lambda s: started.append(s) or command(s))
+    folder = run_tiny(tiny_task, tiny_models["bert"], "--workers", "2", "--seeds", "1")
+    records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
+    assert len(records) == 1 and started == []
+    assert records[0]["threads"] == max(1, usable_cpus()[0] // 2)
+    (folder / "trials.jsonl").unlink()
+    run_tiny(tiny_task, tiny_models["bert"], "--workers", "2", "--seeds", "1")
+    assert started == [] and len((folder / "trials.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_user_error_found_while_the_first_worker_plans_is_one_line_exit_2(
+    tiny_task: Path, tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
+    """A model that does not exist is found by planning (the spec reads fine): the worker that
+    planned answers the error and ends, `run` says it once and exits 2; no trial was queued."""
+    run_tiny(tiny_task, tmp_path / "no-such-model", "--workers", "2", expect=2)
+    err = capfd.readouterr().err
+    assert err.count("error:") == 1 and "no-such-model" in err, err
+    assert not list((tiny_task.parent.parent / "runs").glob("*/*/study.db"))
 
 
 def test_a_worker_keeps_no_pretrained_weights_between_trials(tiny_models) -> None:  # noqa: ANN001

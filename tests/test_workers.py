@@ -291,3 +291,45 @@ def test_a_stop_while_held_waits_for_the_held_region_and_one_while_allowed_is_ra
             stop_point()  # the stop is not forgotten
     stop_point()  # outside `run`'s region: forgotten, nothing raised
     assert done == ["held", "swallowed"]
+
+
+def test_a_worker_prunes_with_the_sweeps_pruner(tiny_task: Path, tiny_models, monkeypatch) -> None:  # noqa: ANN001
+    """A study loaded from its storage has Optuna's default pruner (a median pruner with other
+    settings): a worker, one `run` started or one started by hand, prunes with the sweep's."""
+    import suite.commands.run as run_command
+    from suite.commands.cli import main
+
+    pruner = ["--set", "sweep.pruner.type=median", "--set", "sweep.pruner.n_startup_trials=2"]
+    pruner += ["--set", "sweep.pruner.n_warmup_steps=3"]
+    folder = run_tiny(tiny_task, tiny_models["bert"], "--threads", "1", *pruner)
+    storage = f"sqlite:///{folder / 'study.db'}"
+    seen: list[object] = []
+    monkeypatch.setattr(run_command, "run_worker", lambda study, s, progress: seen.append(study.pruner) or 0)
+    worker = ["worker", "--storage", storage, "--study", optuna.get_all_study_names(storage)[0], "--quiet"]
+    assert main([*worker, "--data-dir", str(tiny_task.parent.parent / "data")]) == 0
+    (used,) = seen
+    assert isinstance(used, optuna.pruners.MedianPruner)
+    assert (used._n_startup_trials, used._n_warmup_steps) == (2, 3)
+
+
+@pytest.mark.parametrize(
+    "request_given",
+    [
+        {},
+        {"data_dir": Path("/data/here"), "allow_stack_change": True, "log_to": ("csv:/tmp/x", "tensorboard")},
+    ],
+    ids=["plain", "every-flag"],
+)
+def test_the_first_worker_runs_with_the_request_a_started_worker_parses(request_given: dict) -> None:
+    """The worker that planned works in the process that planned, with `worker_request`; every other
+    worker parses `worker_command`'s arguments: one request both ways, each field."""
+    from suite.commands.cli import build_parser, request_of
+    from suite.config.request import Request
+    from suite.study.setup import Setup
+    from suite.study.supervise import worker_command, worker_request
+
+    trainer = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
+    run = Request(task="tasks/rte.yaml", workers="2", seeds=3, offline=True, **request_given)
+    s = Setup(run, None, None, "m", None, 2, 3, trainer, {}, {}, "sqlite:///s.db", "rte|m|devlin|default")
+    parsed = request_of(build_parser().parse_args(worker_command(s)[3:]))
+    assert parsed == worker_request(s)

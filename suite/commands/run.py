@@ -10,16 +10,20 @@ from typing import Any
 
 from suite.config.request import Request
 from suite.outputs.run_folder import summary_rows, write_outputs
+from suite.study.offload import hand_back, start_child
 from suite.study.setup import Setup
 from suite.study.supervise import (
     Stopped,
     grace_s,
+    restart_as_worker,
     run_workers,
     stop_with_parent,
     stop_workers,
+    stops_allowed,
     stops_as_interrupts,
-    worker_command,
+    stops_held,
     worker_env,
+    worker_request,
 )
 from suite.study.worker import (
     PUT_BACK,
@@ -80,59 +84,62 @@ def _run_here(request: Request) -> tuple[Setup, Any, int]:
 def _run_supervised(request: Request) -> tuple[Setup, Any, int]:
     """The first worker plans and hands back the setup (without its prepared task), each worker's
     environment and the planned trials; this process then starts the other workers (none when
-    one is enough: `--workers auto` on one CPU or GPU, or one trial left) and waits for all."""
-    import optuna
-
-    from suite.study.offload import start_child
-    from suite.study.storage import open_storage
-
-    first, answered = start_child(_plan_then_work, request, env=worker_env({}), new_session=True), False
-    try:
-        s, environments, planned = first.answer()
-        answered = True
-        if request.offline:  # as a process that planned itself
-            os.environ["HF_HUB_OFFLINE"] = "1"
-        study = optuna.load_study(study_name=s.name, storage=open_storage(s.url))
-    except BaseException as err:  # a stop, or an error: no worker goes on without this process
-        if answered or isinstance(err, KeyboardInterrupt):
-            stop_workers([first.process], grace_s())
-        else:  # it answered with its error and is ending
-            first.process.wait()
-        raise
-    desc = f"trials ({s.workers} worker{'s' if s.workers > 1 else ''})"
-    shown = None if request.quiet else (lambda running: watch(study, planned, s.workers, running, desc))
-    try:
-        codes = run_workers(s, study, environments, watch=shown, started=[first.process])
-    except KeyboardInterrupt as stop:
-        print(interrupted_note(study, planned, _what_became_of(stop)), file=sys.stderr)
-        raise
+    one is enough: `--workers auto` on one CPU or GPU, or one trial left) and waits for all.
+    Stops are held from its start to `run_workers` but while it plans: one stops it wherever it
+    lands, and a second cannot cut short the wait for its trial to be put back."""
+    with stops_held():
+        first = start_child(_plan_then_work, request, env=worker_env({}), new_session=True)
+        try:
+            with stops_allowed():
+                s, environments, planned = first.answer()
+            if request.offline:  # as a process that planned itself
+                os.environ["HF_HUB_OFFLINE"] = "1"
+            study = _load_study(s)
+        except BaseException:
+            if first.failed:  # it answered with its error and is ending
+                first.process.wait()
+            else:  # a stop, or this process failed: no worker goes on without it
+                stop_workers([first.process], grace_s())
+            raise
+        desc = f"trials ({s.workers} worker{'s' if s.workers > 1 else ''})"
+        shown = None if request.quiet else (lambda running: watch(study, planned, s.workers, running, desc))
+        try:
+            codes = run_workers(s, study, environments, watch=shown, started=[first.process])
+        except KeyboardInterrupt as stop:
+            print(interrupted_note(study, planned, _what_became_of(stop)), file=sys.stderr)
+            raise
     if bad := [c for c in codes if c]:
         ended = f"{len(bad)} of {len(codes)} workers exited early (codes {bad})"
         print(f"study {s.name}: {ended}", file=sys.stderr)
     return s, study, planned
 
 
+def _load_study(s: Setup) -> Any:
+    import optuna
+
+    from suite.study.storage import open_storage
+
+    return optuna.load_study(study_name=s.name, storage=open_storage(s.url))
+
+
 def _plan_then_work(request: Request) -> int:
     """The first worker's side of `_run_supervised`: plan, hand the plan back, then work as a
-    worker `run` started (`suite worker` with `worker_command`'s arguments); pinned to a device it
-    does not have yet (a GPU), it starts afresh as that worker."""
-    from suite.commands.cli import build_parser, request_of
+    worker `run` started would (`worker_request`); pinned to a device it does not have yet (a
+    GPU), it starts afresh as that worker, in the environment it started in."""
     from suite.model.devices import worker_environment
-    from suite.study.offload import hand_back
     from suite.study.planning import plan_study
 
+    started_in = dict(os.environ)
     stop_with_parent()
     s, study = plan_study(request)
     environments = [worker_environment(i, s.trainer) for i in range(s.workers)]
     if (tracking := trackers(s, s.name)) is not None:  # the MLflow parent run, before any trial
         tracking.open_study()
     hand_back((dataclasses.replace(s, prepared=None), environments, planned_count(s)))
-    command = worker_command(s)
-    if any(os.environ.get(name) != value for name, value in environments[0].items()):
-        sys.stdout.flush(), sys.stderr.flush()  # what planning printed, before the process is replaced
-        os.execve(command[0], command, {**os.environ, **environments[0]})
-    own = request_of(build_parser().parse_args(command[3:]))
-    return work_joined(study, dataclasses.replace(s, request=own, workers=1))
+    if any(started_in.get(name) != value for name, value in environments[0].items()):
+        offline = {"HF_HUB_OFFLINE": "1"} if request.offline else {}
+        restart_as_worker(s, {**started_in, **offline, **environments[0]})
+    return work_joined(study, dataclasses.replace(s, request=worker_request(s), workers=1))
 
 
 def _what_became_of(stop: KeyboardInterrupt) -> str:
@@ -159,6 +166,7 @@ def work_joined(study: Any, s: Setup) -> int:
 
     torch.set_num_threads(s.threads)
     join_checked(study, s)
+    study.pruner = s.sweep.make_pruner()  # a loaded study has Optuna's default pruner, not the sweep's
     try:
         run_worker(study, s, progress=not s.request.quiet)
     except KeyboardInterrupt:

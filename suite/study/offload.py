@@ -32,17 +32,19 @@ class Child:
 
     def __init__(self, process: subprocess.Popen, answers: int, name: str) -> None:
         self.process, self._answers, self._name = process, answers, name
+        self.failed = False  # it answered with its error: it is ending on its own
 
     def answer(self) -> Any:
         """What the call handed back (its result, or its error raised here); waits for it."""
         with os.fdopen(self._answers, "rb") as pipe:
-            blob = pipe.read()
-        if not blob:
-            raise RuntimeError(
-                f"{self._name}: the child process exited with code {self.process.wait()} before answering"
-            )
-        ok, value = pickle.loads(blob)
+            try:  # one pickle, not to the pipe's end: a process the child forked may hold it open
+                ok, value = pickle.load(pipe)
+            except EOFError:
+                raise RuntimeError(
+                    f"{self._name}: the child process exited with code {self.process.wait()} before answering"
+                ) from None
         if not ok:
+            self.failed = True
             raise value
         return value
 
@@ -53,6 +55,7 @@ def start_child(
     """`function(*args)` starting in a child interpreter (a module-level function; picklable
     arguments and result); `env` its environment, `new_session` its own session (no terminal
     signal reaches it)."""
+    call = pickle.dumps((function, args))  # before any process starts: an unpicklable call starts none
     read, write = os.pipe()
     try:
         process = subprocess.Popen(
@@ -68,25 +71,39 @@ def start_child(
     finally:
         os.close(write)  # the child holds the only writing end: its exit ends the answer
     assert process.stdin is not None
-    with process.stdin:
-        process.stdin.write(pickle.dumps((function, args)))
+    try:
+        with process.stdin:
+            process.stdin.write(call)
+    except BrokenPipeError:  # it died at once: `answer()` says with which code
+        pass
+    except BaseException:
+        os.close(read)
+        process.kill()
+        process.wait()
+        raise
     return Child(process, read, f"{function.__module__}.{function.__qualname__}")
 
 
 def hand_back(value: Any) -> None:
-    """In a child: answer `value` now (the caller's `answer()` returns it) and go on."""
-    _reply((True, value))
+    """In a child: answer `value` now (the caller's `answer()` returns it) and go on. A value that
+    does not pickle raises here: the child answers that error instead and does not go on."""
+    _write_answer(pickle.dumps((True, value)))
 
 
-def _reply(reply: tuple[bool, Any]) -> None:
+def _fail(err: BaseException) -> None:
+    """In a child: answer with `err` (as its text when it does not pickle)."""
+    try:
+        blob = pickle.dumps((False, err))
+    except Exception:  # noqa: BLE001 - an error that does not pickle goes back as its text
+        text = "".join(traceback.format_exception(err))
+        blob = pickle.dumps((False, RuntimeError(f"in the child process:\n{text}")))
+    _write_answer(blob)
+
+
+def _write_answer(blob: bytes) -> None:
     global _answer_fd
     if _answer_fd is None:
         raise RuntimeError("this process already answered (or is no child of `start_child`)")
-    try:
-        blob = pickle.dumps(reply)
-    except Exception:  # noqa: BLE001 - an error that does not pickle goes back as its text
-        text = "".join(traceback.format_exception(reply[1])) if not reply[0] else "an unpicklable result"
-        blob = pickle.dumps((False, RuntimeError(f"in the child process:\n{text}")))
     with os.fdopen(_answer_fd, "wb") as pipe:
         _answer_fd = None
         pipe.write(blob)
@@ -112,13 +129,17 @@ def _serve(answers: int) -> int:
             raise
         if not isinstance(err, SuiteError):
             err.add_note("in the child process:\n" + "".join(traceback.format_exception(err)).rstrip())
-        _reply((False, err))
+        _fail(err)
         return 1
     except KeyboardInterrupt:
         return 130
-    if _answer_fd is None:
+    if _answer_fd is None:  # it answered itself, then went on: its result is its exit code
         return result if isinstance(result, int) else 0
-    _reply((True, result))
+    try:
+        hand_back(result)
+    except Exception as err:  # noqa: BLE001 - a result that does not pickle: its error instead
+        _fail(err)
+        return 1
     return 0
 
 

@@ -23,8 +23,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
+from suite.config.request import Request
 from suite.study.setup import Setup
 
 PARENT_ENV = "SUITE_PARENT_PID"  # in a worker `run` started: `run`'s pid (its death stops the worker)
@@ -178,19 +179,43 @@ def grace_s() -> float:
     return float(os.environ.get(GRACE_ENV, "60"))
 
 
+def worker_request(s: Setup) -> Request:
+    """The request of a worker this `run` starts on the study, in a process of its own or in the
+    one that planned: what `suite worker` reads from `worker_command(s)` (a test holds them equal)."""
+    return Request(
+        data_dir=s.request.data_dir,
+        storage=s.url,
+        study=s.name,
+        threads=s.threads,
+        trainer={option: str(value) for option, value in s.trainer.items()},
+        quiet=True,
+        allow_stack_change=s.request.allow_stack_change,
+        log_to=tuple(s.request.log_to),
+    )
+
+
 def worker_command(s: Setup) -> list[str]:
     """`suite worker` on this study, as this `run` would run a trial."""
-    command = [sys.executable, "-m", "suite", "worker", "--storage", s.url, "--study", s.name]
-    command += ["--threads", str(s.threads), "--quiet"]
-    if s.request.data_dir:
-        command += ["--data-dir", str(s.request.data_dir)]
-    for option, value in s.trainer.items():
-        command += [f"--{option}", str(value)]
-    if s.request.allow_stack_change:
+    r = worker_request(s)
+    command = [sys.executable, "-m", "suite", "worker", "--storage", str(r.storage), "--study", str(r.study)]
+    command += ["--threads", str(r.threads), "--quiet"]
+    if r.data_dir:
+        command += ["--data-dir", str(r.data_dir)]
+    for option, value in r.trainer.items():
+        command += [f"--{option}", value]
+    if r.allow_stack_change:
         command += ["--allow-stack-change"]
-    for tracker in s.request.log_to:
+    for tracker in r.log_to:
         command += ["--log-to", tracker]
     return command
+
+
+def restart_as_worker(s: Setup, env: dict[str, str]) -> NoReturn:
+    """This process, replaced by `worker_command(s)` in `env` (the first worker, which planned
+    before the device it is pinned to was known)."""
+    command = worker_command(s)
+    sys.stdout.flush(), sys.stderr.flush()  # what it printed so far, before the process is replaced
+    os.execve(command[0], command, env)
 
 
 def stop_workers(workers: list[subprocess.Popen], grace_s: float) -> list[int]:
