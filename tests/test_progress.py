@@ -149,12 +149,14 @@ def test_ctrl_c_says_what_ended_and_a_rerun_resumes_without_rerunning(
 
 GRANDCHILD = """
 import sys, time
-try:  # armed before its parent dies (the kernel signals it) or after (it signals itself)
+from pathlib import Path
+try:
     from suite.study.supervise import stop_with_parent
     stop_with_parent()
+    Path(sys.argv[1] + ".armed").write_text("")
     time.sleep(120)
 except KeyboardInterrupt:
-    open(sys.argv[1], "w").write("stopped")
+    Path(sys.argv[1]).write_text("stopped")
 """
 
 MIDDLE = """
@@ -168,16 +170,20 @@ time.sleep(120)
 
 def test_a_worker_stops_when_the_run_that_started_it_dies_even_by_sigkill(tmp_path: Path) -> None:
     """Workers run in their own session (Ctrl-C reaches `run` only), so nothing else would stop them
-    when `run` is killed outright: the kernel sends them SIGINT (they put their trial back)."""
+    when `run` is killed outright: the kernel sends them SIGTERM (they put their trial back)."""
     flag = tmp_path / "stopped"
     middle = subprocess.Popen(
         [sys.executable, "-c", MIDDLE, GRANDCHILD, str(flag)], stdout=subprocess.PIPE, text=True
     )
     int(middle.stdout.readline())  # the worker started
-    time.sleep(8)  # it imported suite and armed itself, most likely
+    armed = tmp_path / "stopped.armed"
+    deadline = time.time() + 300
+    while not armed.exists() and time.time() < deadline:  # it imported suite and armed itself
+        time.sleep(0.2)
+    assert armed.exists(), "the worker never armed its parent-death signal"
     middle.kill()
     middle.wait()
-    deadline = time.time() + 30
+    deadline = time.time() + 300
     while not flag.exists() and time.time() < deadline:
         time.sleep(0.2)
     assert flag.exists() and flag.read_text() == "stopped"

@@ -87,27 +87,28 @@ def _run_supervised(request: Request) -> tuple[Setup, Any, int]:
     one is enough: `--workers auto` on one CPU or GPU, or one trial left) and waits for all.
     Stops are held from its start to `run_workers` but while it plans: one stops it wherever it
     lands, and a second cannot cut short the wait for its trial to be put back."""
-    with stops_held():
-        first = start_child(_plan_then_work, request, env=worker_env({}), new_session=True)
-        try:
-            with stops_allowed():
-                s, environments, planned = first.answer()
-            if request.offline:  # as a process that planned itself
-                os.environ["HF_HUB_OFFLINE"] = "1"
-            study = _load_study(s)
-        except BaseException:
-            if first.failed:  # it answered with its error and is ending
-                first.process.wait()
-            else:  # a stop, or this process failed: no worker goes on without it
+    study = None
+    try:
+        with stops_held():
+            first = start_child(_plan_then_work, request, env=worker_env({}), new_session=True)
+            try:
+                with stops_allowed():
+                    s, environments, planned = first.answer()
+                if request.offline:  # as a process that planned itself
+                    os.environ["HF_HUB_OFFLINE"] = "1"
+                study = _load_study(s)
+            except BaseException:  # a stop, an error it answered, or this process failed
                 stop_workers([first.process], grace_s())
-            raise
-        desc = f"trials ({s.workers} worker{'s' if s.workers > 1 else ''})"
-        shown = None if request.quiet else (lambda running: watch(study, planned, s.workers, running, desc))
-        try:
+                raise
+            desc = f"trials ({s.workers} worker{'s' if s.workers > 1 else ''})"
+            shown = (
+                None if request.quiet else (lambda running: watch(study, planned, s.workers, running, desc))
+            )
             codes = run_workers(s, study, environments, watch=shown, started=[first.process])
-        except KeyboardInterrupt as stop:
+    except KeyboardInterrupt as stop:
+        if study is not None:  # the study was planned: what ended, what is left
             print(interrupted_note(study, planned, _what_became_of(stop)), file=sys.stderr)
-            raise
+        raise
     if bad := [c for c in codes if c]:
         ended = f"{len(bad)} of {len(codes)} workers exited early (codes {bad})"
         print(f"study {s.name}: {ended}", file=sys.stderr)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import traceback
@@ -32,19 +33,17 @@ class Child:
 
     def __init__(self, process: subprocess.Popen, answers: int, name: str) -> None:
         self.process, self._answers, self._name = process, answers, name
-        self.failed = False  # it answered with its error: it is ending on its own
 
     def answer(self) -> Any:
         """What the call handed back (its result, or its error raised here); waits for it."""
         with os.fdopen(self._answers, "rb") as pipe:
             try:  # one pickle, not to the pipe's end: a process the child forked may hold it open
                 ok, value = pickle.load(pipe)
-            except EOFError:
+            except (EOFError, pickle.UnpicklingError):  # none, or cut short
                 raise RuntimeError(
                     f"{self._name}: the child process exited with code {self.process.wait()} before answering"
                 ) from None
         if not ok:
-            self.failed = True
             raise value
         return value
 
@@ -91,7 +90,10 @@ def hand_back(value: Any) -> None:
 
 
 def _fail(err: BaseException) -> None:
-    """In a child: answer with `err` (as its text when it does not pickle)."""
+    """In a child: answer with `err` (as its text when it does not pickle), and end: from here a
+    stop ends it at once and quietly (the caller may stop it while it exits)."""
+    for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, signal.SIG_DFL)
     try:
         blob = pickle.dumps((False, err))
     except Exception:  # noqa: BLE001 - an error that does not pickle goes back as its text
@@ -104,9 +106,12 @@ def _write_answer(blob: bytes) -> None:
     global _answer_fd
     if _answer_fd is None:
         raise RuntimeError("this process already answered (or is no child of `start_child`)")
-    with os.fdopen(_answer_fd, "wb") as pipe:
-        _answer_fd = None
-        pipe.write(blob)
+    try:
+        with os.fdopen(_answer_fd, "wb") as pipe:
+            _answer_fd = None
+            pipe.write(blob)
+    except BrokenPipeError:  # the caller stopped listening (it was stopped): nothing to tell
+        pass
 
 
 def _serve(answers: int) -> int:

@@ -130,12 +130,12 @@ def setup_study(request: Request) -> Setup:
     per_gpu = request.workers_per_gpu
     workers, why = resolve_workers(request.workers, trainer, cpus, capacity, per_gpu, fixed or 1)
     threads = fixed or max(1, cpus // workers)  # a new study's choice, stored with it
+    whose = "the study's" if stored else "--threads" if fixed else f"{cpus} / {workers} for a new study"
     left = capacity.trials if capacity is not None else None
     capped = str(request.workers) != "auto" and left is not None and left < workers
     if capped:  # no process for a trial that is not there (as `launch`); the threads stay as asked
-        workers, why = max(1, left), f"{why}: {max(1, left)} started ({left} trials left to run)"
+        workers, why = max(1, left), f"--workers {workers}: {max(1, left)} ({left} trials left to run)"
     if ((capped or str(request.workers) == "auto") and not request.quiet) or "warning" in why:
-        whose = "the study's" if stored else "--threads" if fixed else f"{cpus} / {workers} for a new study"
         print(f"{why}; {threads} thread(s) each ({whose}; {cpus_why})", file=sys.stderr)
     prepared, fingerprint, stack = _checked(
         request, task, sweep, model, threads, trainer, task_path, sweep_path, new=study is None

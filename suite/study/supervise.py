@@ -163,9 +163,11 @@ def run_workers(
                 if watch is not None:
                     watch(lambda: any(w.poll() is None for w in workers))
                 return [w.wait() for w in workers]
-        except KeyboardInterrupt as err:
+        except BaseException as err:  # a stop, or this process failed: no worker goes on without it
             ended = stop_workers(workers, grace_s())
-            raise Stopped(trials_held_by(study, ended), grace_s()) from err
+            if isinstance(err, KeyboardInterrupt):
+                raise Stopped(trials_held_by(study, ended), grace_s()) from err
+            raise
 
 
 def worker_env(own: dict[str, str]) -> dict[str, str]:

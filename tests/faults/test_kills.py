@@ -224,24 +224,27 @@ def test_a_stop_while_the_first_worker_plans_ends_it_and_the_rerun_runs_every_tr
     tiny_task: Path, tiny_models, tmp_path: Path, uninterrupted
 ) -> None:  # noqa: ANN001
     """With several workers the first one plans: stopped while it writes the features (before any
-    trial is queued or started), `run` stops it and exits 130, leaving no process behind; the rerun
-    plans again and runs each planned trial once, with the uninterrupted run's numbers."""
-    trace, out = tmp_path / "trace", tmp_path / "out"
+    trial is queued or started), `run` stops it, waits for it and exits 130. The planner here hangs
+    deaf to stops, so only `run`'s own kill after its grace period ends it (its parent's death
+    would send a SIGTERM it ignores): gone when `run` is. The rerun plans again and runs each
+    planned trial once, with the uninterrupted run's numbers."""
+    trace, out, log = tmp_path / "trace", tmp_path / "out", tmp_path / "stderr"
     command = _command(tiny_task, tiny_models["bert"], out) + ["--workers", "2"]
     env = {**_env(tmp_path / "cache"), "SUITE_TRACE": str(trace), "SUITE_STALL_AT": "cache_write"}
-    run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deaf = {**env, "SUITE_STALL_DEAF": "1", "SUITE_STOP_GRACE_S": "2"}
     planner = None
-    try:
-        _wait_for(lambda: "cache_write" in (trace.read_text() if trace.exists() else ""), "the planning", 600)
-        planner = int(trace.read_text().split()[1])
-        run.send_signal(signal.SIGTERM)
-        _, err = run.communicate(timeout=600)
-        assert _gone(planner)  # `run` stopped it and waited for it (not left to its parent's death)
-    finally:
-        for pid in filter(None, [run.pid, planner]):
-            if not _gone(pid):
-                os.kill(pid, signal.SIGKILL)
-    assert run.returncode == 130, err[-2000:]
+    with log.open("w") as err:  # a file, not a pipe the planner would hold open after `run` ends
+        run = subprocess.Popen(command, env=deaf, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            _wait_for(lambda: "cache_write" in (trace.read_text() if trace.exists() else ""), "planning", 600)
+            planner = int(trace.read_text().split()[1])
+            run.send_signal(signal.SIGTERM)
+            assert run.wait(timeout=600) == 130, log.read_text()[-2000:]
+            assert _gone(planner)  # `run` ended it and waited for it
+        finally:
+            for pid in filter(None, [run.pid, planner]):
+                if not _gone(pid):
+                    os.kill(pid, signal.SIGKILL)
     assert planner != run.pid and not _started(trace)  # it planned in a worker, and no trial started
 
     rerun = _run(command, {**env, "SUITE_STALL_AT": ""})
