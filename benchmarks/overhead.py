@@ -6,7 +6,8 @@ A tiny task (48 learnable sentence pairs, a random 2-layer BERT of hidden size 3
 epochs) run by `suite run --workers 1` and `--workers 2`: the training is a fraction of a second,
 so what is measured is what every study pays on top of it: the interpreters it starts (the run
 and its workers; before the first worker planned, also a planning child), their imports, planning
-and the pre-flight, and writing the outputs. The tests run hundreds of such studies, and a user's `--workers auto` pays it per study.
+and the pre-flight, and writing the outputs. The tests run hundreds of such studies, and a user's
+`--workers auto` pays it per study.
 
 "Before" is the code of git revision `--before` (`git archive`, run with PYTHONPATH pointing to it);
 "after" is this working tree. Each side first runs once unmeasured (its features tokenised, its
