@@ -1,5 +1,7 @@
 """User-facing errors: one line that names the file, field or trial; the CLI exits with 2."""
 
+import sys
+
 
 class SuiteError(Exception):
     """A problem with the user's input (spec, data, model, flags)."""
@@ -21,3 +23,9 @@ class ModelError(SuiteError):
 
 class TrialDiverged(RuntimeError):
     """Raised inside a trial when the loss stops being finite; recorded as a failed run."""
+
+
+def report(err: SuiteError) -> int:
+    """How every command ends on a user error: its one line on stderr; returns its exit code."""
+    print(f"error: {err}", file=sys.stderr)
+    return err.exit_code

@@ -132,7 +132,7 @@ def cache_dir() -> Path:
 def code_digest() -> str:
     """The digest of the pinned modules as this process found them (read once).
 
-    Parsing them costs ~0.85 s, paid by every planning child and worker, so the digest is kept in
+    Parsing them costs ~0.85 s, paid by every process that plans or joins a study, so it is kept in
     the cache under the suite sources' names, sizes and modification times, as Python keeps its
     bytecode: any edit to any suite module is a new stamp, hence a fresh parse."""
     stamp = source_stamp(SUITE)

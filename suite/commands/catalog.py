@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ from suite.config.reading import profile_names, read_yaml
 from suite.config.resources import Kind, local_dir, resolve, resolve_sweep_path, shipped_dir, yaml_files
 from suite.config.sweep import load_sweep
 from suite.config.task import DataSpec, load_task
-from suite.errors import SpecError, SuiteError
+from suite.errors import SpecError, SuiteError, report
 
 
 def _is_task(path: Path) -> bool:
@@ -65,7 +64,7 @@ def validate(refs: list[str], sets: tuple[dict[str, Any], dict[str, Any]] = ({},
                     load_sweep(path, profile, sweep_sets)
             print(f"ok    {path}")
         except SuiteError as err:
-            print(f"error: {err}", file=sys.stderr)
+            report(err)
             bad += 1
     return 2 if bad else 0
 

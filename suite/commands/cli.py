@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from suite.config.request import Request
-from suite.errors import SuiteError
+from suite.errors import SuiteError, report
 
 if TYPE_CHECKING:  # for the annotation only: each command is imported when it runs
     from suite.commands.launch import Launch
@@ -304,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print(f"wrote {write_site([Path(p) for p in args.leaderboards], Path(args.output))}")
     except SuiteError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return err.exit_code
+        return report(err)
     except KeyboardInterrupt:  # `run` and `worker` say what ended before they re-raise
         return 130
     return 0

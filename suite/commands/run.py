@@ -66,12 +66,8 @@ def _run_here(request: Request) -> tuple[Setup, Any, int]:
     """One worker, in this process: plan, then take trials until none is left."""
     import torch
 
-    from suite.study.planning import plan_study
-
-    s, study = plan_study(request)
+    s, study = _plan(request)
     planned = planned_count(s)
-    if (tracking := trackers(s, s.name)) is not None:  # the MLflow parent run, before any trial
-        tracking.open_study()
     torch.set_num_threads(s.threads)
     try:
         run_worker(study, s, progress=not request.quiet)
@@ -115,6 +111,16 @@ def _run_supervised(request: Request) -> tuple[Setup, Any, int]:
     return s, study, planned
 
 
+def _plan(request: Request) -> tuple[Setup, Any]:
+    """Plan the study (or resume or grow it), then open its MLflow parent run, before any trial."""
+    from suite.study.planning import plan_study
+
+    s, study = plan_study(request)
+    if (tracking := trackers(s, s.name)) is not None:
+        tracking.open_study()
+    return s, study
+
+
 def _load_study(s: Setup) -> Any:
     import optuna
 
@@ -128,14 +134,11 @@ def _plan_then_work(request: Request) -> int:
     worker `run` started would (`worker_request`); pinned to a device it does not have yet (a
     GPU), it starts afresh as that worker, in the environment it started in."""
     from suite.model.devices import worker_environment
-    from suite.study.planning import plan_study
 
     started_in = dict(os.environ)
     stop_with_parent()
-    s, study = plan_study(request)
+    s, study = _plan(request)
     environments = [worker_environment(i, s.trainer) for i in range(s.workers)]
-    if (tracking := trackers(s, s.name)) is not None:  # the MLflow parent run, before any trial
-        tracking.open_study()
     hand_back((dataclasses.replace(s, prepared=None), environments, planned_count(s)))
     if any(started_in.get(name) != value for name, value in environments[0].items()):
         offline = {"HF_HUB_OFFLINE": "1"} if request.offline else {}

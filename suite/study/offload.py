@@ -119,7 +119,7 @@ def _serve(answers: int) -> int:
     answered itself. After an answer the process is on its own: an error ends it like a command's
     (one line and the error's exit code for a `SuiteError`, 130 for a stop)."""
     global _answer_fd
-    from suite.errors import SuiteError
+    from suite.errors import SuiteError, report
 
     os.set_inheritable(answers, False)  # a process this one starts does not hold the answer open
     _answer_fd = answers
@@ -129,8 +129,7 @@ def _serve(answers: int) -> int:
     except Exception as err:  # noqa: BLE001 - every error goes back to the caller, which raises it
         if _answer_fd is None:
             if isinstance(err, SuiteError):
-                print(f"error: {err}", file=sys.stderr)
-                return err.exit_code
+                return report(err)
             raise
         if not isinstance(err, SuiteError):
             err.add_note("in the child process:\n" + "".join(traceback.format_exception(err)).rstrip())

@@ -140,19 +140,15 @@ class Stopped(KeyboardInterrupt):
 def run_workers(
     s: Setup,
     study: Any,
-    environments: list[dict[str, str]] | None = None,
+    environments: list[dict[str, str]],
     watch: Callable[[Callable[[], bool]], None] | None = None,
     started: Sequence[subprocess.Popen] = (),
 ) -> list[int]:
     """N local worker processes on the shared storage, each with its share of the CPU threads (or,
-    on GPUs, its own device); `started` are the first of them, already running; `watch(running)`
-    shows progress while `running()`. Returns their exit codes (the study's state, not these,
-    decides the run's). A stop passes on to every worker; once each has put its trial back (or the
-    grace period passed), `Stopped` is raised."""
-    if environments is None:
-        from suite.model.devices import worker_environment
-
-        environments = [worker_environment(i, s.trainer) for i in range(s.workers)]
+    on GPUs, its own device: `environments`, one per worker); `started` are the first of them,
+    already running; `watch(running)` shows progress while `running()`. Returns their exit codes
+    (the study's state, not these, decides the run's). A stop passes on to every worker; once each
+    has put its trial back (or the grace period passed), `Stopped` is raised."""
     workers = list(started)
     with stops_held():  # a stop while starting them is raised once every worker is known
         try:
