@@ -60,7 +60,7 @@ def load_features(task_path: str, size: int, subsample_seed: int = 0) -> tuple[A
 
 def model_folder(task_path: str) -> str:
     from suite.config.task import load_task
-    from suite.model.encoders import resolve
+    from suite.model.names import resolve
 
     return resolve(load_task(task_path).model)
 

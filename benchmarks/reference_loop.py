@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from benchmarks.device import DEVICES, accelerator, autocast, resolve_device, to_device  # noqa: E402
 from suite.config.sweep import HParams  # noqa: E402
 from suite.heads.registry import PreparedTask  # noqa: E402
-from suite.model.encoders import resolve  # noqa: E402
+from suite.model.names import resolve  # noqa: E402
 from suite.model.optim import parameter_groups  # noqa: E402
 
 

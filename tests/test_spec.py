@@ -95,7 +95,7 @@ def test_the_bundled_alias_declares_its_head_and_the_study_records_the_concrete_
     the pooling it was trained with), `auto` for any other model; made concrete before the study
     is fingerprinted, and an explicit classifier always wins."""
     from suite.config.task import TaskSpec
-    from suite.model.encoders import default_head, resolve
+    from suite.model.names import default_head, resolve
     from suite.study.setup import with_model_head
 
     assert default_head("minilm-l6") == "mean" and default_head(resolve("minilm-l6")) == "mean"

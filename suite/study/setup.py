@@ -54,7 +54,7 @@ def read_specs(request: Request) -> tuple[Path, TaskSpec, Path, SweepSpec]:
 def with_model_head(task: TaskSpec, model: str) -> TaskSpec:
     """`classifier: model` made concrete for the model that runs, so the study's record and
     fingerprint name the head that trained (a changed default is then a changed study)."""
-    from suite.model.encoders import default_head
+    from suite.model.names import default_head
 
     if task.classifier != "model":
         return task
