@@ -24,8 +24,9 @@ def test_default_head_lands_inside_the_reference_distribution(shared_data: Path)
 
     spec = load_task(REPO / "tasks/sst2.yaml")
     # The family's reference head (what AutoModelForSequenceClassification builds), not the alias's;
-    # the curve on 32 sentences (a trial's score is the whole 200's at any curve_sample).
-    overrides = {"eval_limit": 200, "classifier": "auto", "curve_sample": 32}
+    # scored on 100 dev sentences, the same for both ways (at 200: medians 0.73 and 0.72; at 100,
+    # 0.73 and 0.73, p 0.59, for 15% less time); the curve on 32 (the score is the whole 100's).
+    overrides = {"eval_limit": 100, "classifier": "auto", "curve_sample": 32}
     spec = TaskSpec.model_validate({**spec.model_dump(), **overrides})
     task = prepare_task(spec, shared_data, load_tokenizer(spec.model))
     # The cheapest regime found where both clearly learn (medians 0.73 and 0.72 at 1 thread): 3 epochs
