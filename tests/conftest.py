@@ -227,6 +227,22 @@ def tiny_task(tmp_path: Path) -> Path:
     return write_tiny_task(tmp_path)
 
 
+@pytest.fixture(scope="session")
+def _tiny_study_root(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tiny-study")
+    run_tiny(write_tiny_task(root), tiny_models["bert"], "--threads", "1")
+    return root
+
+
+@pytest.fixture
+def tiny_study(_tiny_study_root: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """The tiny task's study as `run_tiny(tiny_task, tiny_models["bert"], "--threads", "1")` leaves
+    it, trained once per test process: a copy of its task, data and runs in this test's tmp_path
+    (keys and records do not depend on where a task lives). Returns (task YAML, run folder)."""
+    shutil.copytree(_tiny_study_root, tmp_path, dirs_exist_ok=True)
+    return tmp_path / "tasks" / "tiny.yaml", next((tmp_path / "runs").glob("tiny/*"))
+
+
 @pytest.fixture
 def clean_copy(tmp_path: Path):  # noqa: ANN201
     """Copy a shipped file into tmp_path to edit it."""

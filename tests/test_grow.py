@@ -39,10 +39,10 @@ def test_earlier_seeds_never_change_when_a_design_grows() -> None:
 
 
 def test_more_seeds_train_only_the_new_trials_and_keep_the_stored_records(
-    tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
+    tiny_study: tuple[Path, Path], tiny_models: dict, capsys: pytest.CaptureFixture
 ) -> None:
     model = tiny_models["bert"]
-    folder = run_tiny(tiny_task, model, "--threads", "1")  # the tiny sweep: 3 repeats
+    tiny_task, folder = tiny_study  # the tiny sweep: 3 repeats, run at 1 thread
     before = _records(folder)
     assert len(before) == 3
     root = tiny_task.parent.parent
@@ -64,8 +64,8 @@ def test_more_seeds_train_only_the_new_trials_and_keep_the_stored_records(
     assert "plans 6 trials, this command 3 of them" in err and "rerun with the options that grew it" in err
 
 
-def test_a_superset_of_sizes_adds_only_the_new_size(tiny_task: Path, tiny_models: dict) -> None:
-    folder = run_tiny(tiny_task, tiny_models["bert"], "--threads", "1")
+def test_a_superset_of_sizes_adds_only_the_new_size(tiny_study: tuple[Path, Path], tiny_models: dict) -> None:
+    tiny_task, folder = tiny_study
     before = _records(folder)
     run_tiny(tiny_task, tiny_models["bert"], "--threads", "1", "--size", "32", "--size", "16")
     after = _records(folder)
@@ -83,9 +83,9 @@ def test_a_superset_of_sizes_adds_only_the_new_size(tiny_task: Path, tiny_models
     ],
 )
 def test_a_plan_that_is_not_a_superset_is_refused(
-    tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture, extra: tuple, named: str
+    tiny_study: tuple[Path, Path], tiny_models: dict, capsys: pytest.CaptureFixture, extra: tuple, named: str
 ) -> None:
-    folder = run_tiny(tiny_task, tiny_models["bert"], "--threads", "1")
+    tiny_task, folder = tiny_study
     before = _records(folder)
     capsys.readouterr()
     run_tiny(tiny_task, tiny_models["bert"], "--threads", "1", *extra, expect=2)
@@ -95,10 +95,10 @@ def test_a_plan_that_is_not_a_superset_is_refused(
 
 
 def test_another_software_stack_is_refused_unless_allowed_and_then_marked_mixed(
-    tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
+    tiny_study: tuple[Path, Path], tiny_models: dict, capsys: pytest.CaptureFixture
 ) -> None:
     model = tiny_models["bert"]
-    folder = run_tiny(tiny_task, model, "--threads", "1")
+    tiny_task, folder = tiny_study
     study = _stored(folder)
     stored = study.user_attrs["fingerprint"]
     now = stored["stack.transformers"]
@@ -151,10 +151,10 @@ def test_until_refuses_what_it_cannot_grow_before_training(
 
 
 def test_a_study_stored_before_the_stack_is_checked_on_the_versions_it_recorded(
-    tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
+    tiny_study: tuple[Path, Path], tiny_models: dict, capsys: pytest.CaptureFixture
 ) -> None:
     model = tiny_models["bert"]
-    folder = run_tiny(tiny_task, model, "--threads", "1")
+    tiny_task, folder = tiny_study
     study = _stored(folder)
     old = {k: v for k, v in study.user_attrs["fingerprint"].items() if not k.startswith("stack.")}
     study.set_user_attr("fingerprint", old)  # as stored before the stack was in a fingerprint

@@ -51,10 +51,10 @@ def _stored(folder: Path) -> optuna.Study:
 
 
 def test_another_library_version_is_refused_and_one_the_study_predates_is_adopted(
-    tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
+    tiny_study: tuple[Path, Path], tiny_models: dict, capsys: pytest.CaptureFixture
 ) -> None:
     model = tiny_models["bert"]
-    folder = run_tiny(tiny_task, model, "--threads", "1")
+    tiny_task, folder = tiny_study
     study = _stored(folder)
     made = study.user_attrs["fingerprint"]
     trials = len(study.trials)

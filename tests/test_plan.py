@@ -46,9 +46,9 @@ def test_plan_counts_estimates_and_writes_nothing(
 
 
 def test_plan_reports_what_the_storage_holds_and_a_refusal(
-    tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
+    tiny_study: tuple[Path, Path], tiny_models: dict, capsys: pytest.CaptureFixture
 ) -> None:
-    folder = run_tiny(tiny_task, tiny_models["bert"], "--threads", "1")
+    tiny_task, folder = tiny_study
     storage = f"sqlite:///{folder / 'study.db'}"
     (name,) = optuna.study.get_all_study_names(storage)
     before = len(optuna.load_study(study_name=name, storage=storage).trials)
