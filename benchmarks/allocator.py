@@ -1,18 +1,21 @@
-"""Where a worker's memory goes on the NER default, and what glibc's allocator settings buy, in
-one invocation:
+"""Where a worker's memory goes on the NER default, and what each allocator buys, in one
+invocation:
 
-    SUITE_DATA_DIR=../shared/data python -m benchmarks.allocator [--epochs 6] [--ways default,mmap-1m]
+    SUITE_DATA_DIR=../shared/data python -m benchmarks.allocator [--epochs 6] [--ways default,jemalloc]
 
 1. Imports: the resident memory each library adds, imported in a worker's order (a fresh
    interpreter; the sum is what a worker holds before it reads any data).
 2. One NER-default trial (MiniLM-L6, 1,000 training sentences, dev 3,250: the curve sample each
    epoch, the whole set after the last) per way, the ways side by side as two single-threaded
    processes on the 2-core machine (what `--workers auto` runs), each inside the worker's own
-   memory handling (`suite.study.memory`: a collection after setup, a trim every 10 s). Per way:
+   memory handling (`suite.study.memory`: a collection after setup, a trim every 10 s under glibc). Per way:
    RSS after setup, the trial's peak RSS (its record's `peak_rss_mb`), CPU seconds, minor page
    faults and the final score (the allocator decides no number: scores must be identical).
-   Ways: `default` (glibc's mmap threshold, which rises to 32 MiB once a large block is freed),
-   `mmap-1m` (fixed at 1 MiB: each larger tensor its own mapping, given back when freed).
+   Ways: `default` (glibc's malloc, its mmap threshold rising to 32 MiB once a large block is
+   freed), `mmap-1m` (fixed at 1 MiB: each larger tensor its own mapping, given back when freed),
+   `jemalloc` (preloaded with the suite's own setting, what a worker runs where it is installed)
+   and `tcmalloc` (gperftools' minimal build, preloaded); Debian's libjemalloc2 and
+   libtcmalloc-minimal4.
 3. At the trial's third step, the live tensors (storages reachable from Python): weights, gradients
    and AdamW's moments, against the RSS then.
 
@@ -29,8 +32,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+from suite.study.memory import JEMALLOC_CONF
+
 ROOT = Path(__file__).resolve().parent.parent
-WAYS = {"default": 0, "mmap-1m": 1 << 20}
+# way -> (glibc's fixed mmap threshold or 0, what the environment adds: another allocator preloaded)
+LIBRARIES = Path("/usr/lib/x86_64-linux-gnu")
+WAYS: dict[str, tuple[int, dict[str, str]]] = {
+    "default": (0, {"SUITE_ALLOCATOR": "system"}),
+    "mmap-1m": (1 << 20, {"SUITE_ALLOCATOR": "system"}),
+    # the suite's own setting (suite.study.memory.allocator_env): Debian's libjemalloc2
+    "jemalloc": (0, {"LD_PRELOAD": str(LIBRARIES / "libjemalloc.so.2"), "MALLOC_CONF": JEMALLOC_CONF}),
+    "tcmalloc": (0, {"LD_PRELOAD": str(LIBRARIES / "libtcmalloc_minimal.so.4")}),  # libtcmalloc-minimal4
+}
 IMPORTS = [  # what a worker imports, in its order
     "torch", "transformers", "transformers.modeling_utils", "lightning.pytorch", "optuna",
     "suite.study.work", "suite.heads.tagging", "seqeval.metrics",
@@ -111,20 +124,24 @@ def footprint() -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def start(way: str, epochs: int, out: Path) -> subprocess.Popen:
+    threshold, extra = WAYS[way]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **extra}
+    return subprocess.Popen(
+        [sys.executable, "-c", TRIAL, str(threshold), str(epochs), str(out / way)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
 def trials(ways: list[str], epochs: int, out: Path) -> dict[str, dict]:
-    """One trial per way, all started together (single-threaded each)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    running = {
-        way: subprocess.Popen(
-            [sys.executable, "-c", TRIAL, str(WAYS[way]), str(epochs), str(out / way)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        for way in ways
-    }
+    """One trial per way, two at a time (single-threaded each: one per core)."""
+    results = {}
+    for pair in range(0, len(ways), 2):
+        results |= finish({way: start(way, epochs, out) for way in ways[pair : pair + 2]})
+    return results
+
+
+def finish(running: dict[str, subprocess.Popen]) -> dict[str, dict]:
     results = {}
     for way, process in running.items():
         stdout, stderr = process.communicate()
@@ -139,12 +156,16 @@ def trials(ways: list[str], epochs: int, out: Path) -> dict[str, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=6, help="per trial (the NER default's: 6)")
-    parser.add_argument("--ways", default="default,mmap-1m", help=f"comma-separated, of {sorted(WAYS)}")
+    parser.add_argument("--ways", default="default,jemalloc", help=f"comma-separated, of {sorted(WAYS)}")
     parser.add_argument("--out", type=Path, default=Path("/tmp/suite-allocator"))
     args = parser.parse_args()
     ways = args.ways.split(",")
     if unknown := set(ways) - set(WAYS):
         parser.error(f"--ways: unknown {sorted(unknown)}; expected some of {sorted(WAYS)}")
+    libraries = {WAYS[w][1].get("LD_PRELOAD") for w in ways} - {None}
+    if absent := sorted(lib for lib in libraries if not Path(lib).exists()):
+        install = "apt-get install libjemalloc2 libtcmalloc-minimal4"
+        parser.error(f"--ways: {', '.join(absent)} not installed ({install})")
     subprocess.run(  # the features tokenised once, before the ways start side by side
         [sys.executable, "-m", "suite", "plan", "tasks/ner.yaml", "--threads", "1"],
         cwd=ROOT, check=True, capture_output=True,

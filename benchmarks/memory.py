@@ -8,7 +8,7 @@ the same tokenised features (a private feature cache, filled by `suite plan` bef
 
 1. The NER default (tasks/ner.yaml, profile default: MiniLM-L6, 1,000 training sentences, dev
    3,250 sentences: the curve sample each epoch, the whole set after the last, batch 16),
-   `--seeds 4` trials on `--workers 2 --threads 2` (what `--workers auto` picks on 2 cores), with
+   `--seeds 4` trials on `--workers 2 --threads 1` (what `--workers auto` picks on 2 cores), with
    `--epochs` epochs per trial instead of 6 (`--epochs 6` is the default itself: ~10-13 min per trial per
    single-threaded worker on the 2-core machine, ~25 min per side). Per side: the `run` process's
    peak RSS while its workers train (sampled from /proc every 0.2 s) and over its whole life, the
@@ -145,7 +145,7 @@ def run_suite(code: Path, cache: Path, out: Path, args: list[str]) -> tuple[Samp
 
 def default_study(code: Path, cache: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Section 1 for one side."""
-    options = ["--profile", "default", "--workers", "2", "--threads", "2", "--seeds", str(args.seeds)]
+    options = ["--profile", "default", "--workers", "2", "--threads", "1", "--seeds", str(args.seeds)]
     options += ["--set", f"sweep.hparams.epochs={args.epochs}"]
     sampler, records, seconds = run_suite(code, cache, out, options)
     workers = sampler.of("worker") + sampler.of("planner")  # the planner may be the first worker
@@ -306,7 +306,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, seconds
         b, a = before["default"], after["default"]
         print(
             f"NER default (1,000 sentences, dev 3,250, batch 16), {args.epochs} epoch(s) per trial, "
-            f"{args.seeds} trials, --workers 2 --threads 2; peaks are RSS (VmHWM, ru_maxrss)"
+            f"{args.seeds} trials, --workers 2 --threads 1; peaks are RSS (VmHWM, ru_maxrss)"
         )
         print(f"{'':36s} {'before':>9s} {'after':>9s} {'ratio':>7s}")
         rows = [

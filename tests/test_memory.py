@@ -265,3 +265,37 @@ def test_the_subsample_module_loads_scikit_learn_only_to_stratify() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO
     )
     assert found.stdout.strip() == "False"
+
+
+def test_workers_run_starts_allocate_with_jemalloc_where_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`allocator_env` preloads jemalloc (beside what LD_PRELOAD already holds) unless the user
+    asks for the system's malloc or preloads an allocator of their own; a wrong value is one line."""
+    import ctypes.util
+
+    from suite.errors import SuiteError
+    from suite.study.memory import JEMALLOC_CONF, allocator_env
+
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: f"lib{name}.so.2")
+    assert allocator_env({}) == {"LD_PRELOAD": "libjemalloc.so.2", "MALLOC_CONF": JEMALLOC_CONF}
+    kept = allocator_env({"LD_PRELOAD": "libiomp5.so", "MALLOC_CONF": "narenas:1"})
+    assert kept == {"LD_PRELOAD": "libiomp5.so libjemalloc.so.2", "MALLOC_CONF": "narenas:1"}
+    assert allocator_env({"SUITE_ALLOCATOR": "system"}) == {}
+    assert allocator_env({"LD_PRELOAD": "/usr/lib/libtcmalloc_minimal.so.4"}) == {}
+    with pytest.raises(SuiteError, match="^SUITE_ALLOCATOR=tcmalloc: expected auto .* or system$"):
+        allocator_env({"SUITE_ALLOCATOR": "tcmalloc"})
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    assert allocator_env({}) == {}  # not installed: glibc's malloc, trimmed
+
+
+def test_a_wrong_allocator_setting_stops_run_before_any_worker_starts(
+    tiny_task: Path, tiny_models, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:  # noqa: ANN001
+    from suite.commands.cli import main
+
+    monkeypatch.setenv("SUITE_ALLOCATOR", "mimalloc")
+    data = tiny_task.parent.parent / "data"
+    args = ["run", str(tiny_task), "--model", str(tiny_models["bert"]), "--data-dir", str(data)]
+    assert main([*args, "--out", str(tiny_task.parent.parent / "runs"), "--workers", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: SUITE_ALLOCATOR=mimalloc: expected auto")
+    assert not (tiny_task.parent.parent / "runs").exists()  # nothing planned, nothing trained

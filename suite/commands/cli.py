@@ -238,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
             from suite.study.setup import read_specs
 
             read_specs(request)
+        if argv is None and args.command in ("run", "worker"):  # from the command line: trains here
+            from suite.study.memory import restart_with_allocator
+
+            restart_with_allocator()
         if args.command == "run" and (args.until_halfwidth is not None or args.until_decided):
             from suite.commands.until import run_until
 

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from suite.config.request import Request
+from suite.study.memory import allocator_env
 from suite.study.setup import Setup
 
 PARENT_ENV = "SUITE_PARENT_PID"  # in a worker `run` started: `run`'s pid (its death stops the worker)
@@ -167,9 +168,10 @@ def run_workers(
 
 
 def worker_env(own: dict[str, str]) -> dict[str, str]:
-    """A local worker's environment: this process's, its own (a device), and this process's pid
-    (its death stops the worker: `stop_with_parent`). Workers start in their own session."""
-    return {**os.environ, **own, PARENT_ENV: str(os.getpid())}
+    """A local worker's environment: this process's, jemalloc where installed (`allocator_env`),
+    its own (a device), and this process's pid (its death stops the worker: `stop_with_parent`).
+    Workers start in their own session."""
+    return {**os.environ, **allocator_env(), **own, PARENT_ENV: str(os.getpid())}
 
 
 def grace_s() -> float:

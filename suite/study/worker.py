@@ -87,6 +87,7 @@ def interrupted_note(study: Any, planned: int, running: str = PUT_BACK) -> str:
 def run_worker(study: Any, s: Setup, progress: bool) -> int:
     from tqdm.auto import tqdm
 
+    from suite.study.memory import allocator
     from suite.study.plan import finished_records
     from suite.study.progress import study_progress
     from suite.study.work import work
@@ -94,6 +95,7 @@ def run_worker(study: Any, s: Setup, progress: bool) -> int:
     info = study.user_attrs["run_info"]
     stamp = {
         "worker": f"{socket.gethostname()}:{os.getpid()}",
+        "allocator": allocator(),
         "study": study.study_name,
         "sweep": s.sweep.name,
         "profile": info.get("profile"),

@@ -8,6 +8,7 @@ processes, and each of the three seeds moves its own factor and nothing else.
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import os
 import random
@@ -31,8 +32,9 @@ from suite.training.trial_plan import Seeds, TrialPlan
 
 REPO = Path(__file__).resolve().parents[2]
 HP = HParams(lr=1e-3, batch_size=8, epochs=2)
-# Fields of a trial record that legitimately differ between two runs of one study.
-VOLATILE = ("time", "date", "worker", "host", "pid", "overhead", "rss")  # rss, overhead: measured
+# Fields of a trial record that legitimately differ between two runs of one study: rss and overhead
+# are measured, the allocator served the worker's memory (suite/study/memory.py) and decides no number.
+VOLATILE = ("time", "date", "worker", "host", "pid", "overhead", "rss", "allocator")
 
 
 def _volatile(key: str) -> bool:
@@ -90,7 +92,9 @@ def _train_dev(task: PreparedTask, size: int, subsample_seed: int) -> tuple[list
 # 1. one spec + one master seed -> identical records in two fresh processes
 
 
-def _run_in_fresh_process(task: Path, model: str, out: Path, cache: Path, hash_seed: str) -> list[dict]:
+def _run_in_fresh_process(
+    task: Path, model: str, out: Path, cache: Path, hash_seed: str, allocator: str = "auto"
+) -> list[dict]:
     root = task.parent.parent
     env = {
         **os.environ,
@@ -99,6 +103,7 @@ def _run_in_fresh_process(task: Path, model: str, out: Path, cache: Path, hash_s
         "SUITE_DATA_DIR": os.environ.get("SUITE_DATA_DIR", str(REPO.parent / "shared" / "data")),
         "SUITE_CACHE_DIR": str(cache),  # no feature cache shared between the two runs
         "PYTHONHASHSEED": hash_seed,  # set/dict order of strings must not matter either
+        "SUITE_ALLOCATOR": allocator,
     }
     command = [sys.executable, "-m", "suite", "run", str(task), "--model", model, "--out", str(out)]
     command += ["--data-dir", str(root / "data"), "--quiet", "--threads", "1"]
@@ -112,8 +117,14 @@ def _run_in_fresh_process(task: Path, model: str, out: Path, cache: Path, hash_s
 def test_same_spec_and_master_seed_give_identical_records_in_two_processes(
     tiny_task: Path, bert: str, tmp_path: Path
 ) -> None:
-    first = _run_in_fresh_process(tiny_task, bert, tmp_path / "out-a", tmp_path / "cache-a", "1")
+    """The first run allocates with the C library's malloc, the second with jemalloc where installed
+    (`run` typed at the command line: suite/study/memory.py): the allocator moves no number."""
+    first = _run_in_fresh_process(
+        tiny_task, bert, tmp_path / "out-a", tmp_path / "cache-a", "1", allocator="system"
+    )
     second = _run_in_fresh_process(tiny_task, bert, tmp_path / "out-b", tmp_path / "cache-b", "2")
+    expected = "jemalloc" if ctypes.util.find_library("jemalloc") else "glibc"
+    assert {r["allocator"] for r in first} == {"glibc"} and {r["allocator"] for r in second} == {expected}
     # each process tokenized into its own cache, under the same (deterministic) keys
     cached = [sorted(p.name for p in (tmp_path / c).rglob("*.pt")) for c in ("cache-a", "cache-b")]
     assert cached[0] and cached[0] == cached[1]

@@ -4,6 +4,7 @@ file is left."""
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import os
 import random
@@ -69,6 +70,10 @@ def uninterrupted(tiny_models, tmp_path_factory: pytest.TempPathFactory) -> dict
     task, out = write_tiny_task(root), root / "clean"
     done = _run(_command(task, tiny_models["bert"], out), _env(root / "cache-clean"))
     assert done.returncode == 0, done.stderr[-2000:]
+    # `run` typed at the command line trains under jemalloc where installed, at one worker too.
+    expected = "jemalloc" if ctypes.util.find_library("jemalloc") else "glibc"
+    records = [json.loads(line) for line in next(out.glob("*/*/trials.jsonl")).open()]
+    assert {r["allocator"] for r in records} == {expected}
     return _outcomes(next(out.glob("*/*")))
 
 
