@@ -26,23 +26,24 @@ piece").
 from __future__ import annotations
 
 import argparse
+import ctypes.util
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from suite.study.memory import JEMALLOC_CONF
+from suite.study.memory import allocator_env
 
 ROOT = Path(__file__).resolve().parent.parent
-# way -> (glibc's fixed mmap threshold or 0, what the environment adds: another allocator preloaded)
-LIBRARIES = Path("/usr/lib/x86_64-linux-gnu")
-WAYS: dict[str, tuple[int, dict[str, str]]] = {
-    "default": (0, {"SUITE_ALLOCATOR": "system"}),
-    "mmap-1m": (1 << 20, {"SUITE_ALLOCATOR": "system"}),
-    # the suite's own setting (suite.study.memory.allocator_env): Debian's libjemalloc2
-    "jemalloc": (0, {"LD_PRELOAD": str(LIBRARIES / "libjemalloc.so.2"), "MALLOC_CONF": JEMALLOC_CONF}),
-    "tcmalloc": (0, {"LD_PRELOAD": str(LIBRARIES / "libtcmalloc_minimal.so.4")}),  # libtcmalloc-minimal4
+SYSTEM = {"SUITE_ALLOCATOR": "system"}
+# way -> (glibc's fixed mmap threshold or 0, what the trial's environment adds)
+WAYS: dict[str, tuple[int, Callable[[], dict[str, str]]]] = {
+    "default": (0, lambda: SYSTEM),
+    "mmap-1m": (1 << 20, lambda: SYSTEM),
+    "jemalloc": (0, lambda: allocator_env({})),  # the suite's own setting (Debian's libjemalloc2)
+    "tcmalloc": (0, lambda: {"LD_PRELOAD": ctypes.util.find_library("tcmalloc_minimal") or ""}),
 }
 IMPORTS = [  # what a worker imports, in its order
     "torch", "transformers", "transformers.modeling_utils", "lightning.pytorch", "optuna",
@@ -126,7 +127,8 @@ def footprint() -> dict:
 
 def start(way: str, epochs: int, out: Path) -> subprocess.Popen:
     threshold, extra = WAYS[way]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **extra}
+    inherited = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF")}
+    env = {**inherited, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **extra()}
     return subprocess.Popen(
         [sys.executable, "-c", TRIAL, str(threshold), str(epochs), str(out / way)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -162,8 +164,9 @@ def main() -> None:
     ways = args.ways.split(",")
     if unknown := set(ways) - set(WAYS):
         parser.error(f"--ways: unknown {sorted(unknown)}; expected some of {sorted(WAYS)}")
-    libraries = {WAYS[w][1].get("LD_PRELOAD") for w in ways} - {None}
-    if absent := sorted(lib for lib in libraries if not Path(lib).exists()):
+    if absent := [
+        way for way in ways if way in ("jemalloc", "tcmalloc") and not WAYS[way][1]().get("LD_PRELOAD")
+    ]:
         install = "apt-get install libjemalloc2 libtcmalloc-minimal4"
         parser.error(f"--ways: {', '.join(absent)} not installed ({install})")
     subprocess.run(  # the features tokenised once, before the ways start side by side

@@ -1,3 +1,3 @@
-from suite.commands.cli import main
+from suite.commands.cli import entry
 
-raise SystemExit(main())
+raise SystemExit(entry())

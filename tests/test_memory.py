@@ -5,7 +5,6 @@ next trial builds its own (benchmarks/memory.py measures both on the NER default
 import gc
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import pytest
 
 from suite.errors import SpecError
 from suite.heads.registry import PreparedTask
-from suite.study.memory import release, reset_peak, trimming
+from suite.study.memory import allocator, release, reset_peak, trimming
 from suite.study.offload import start_child
 from suite.study.setup import _int_size
 from tests.child_calls import answer_then_go_on
@@ -158,14 +157,14 @@ def _fragmented_heap() -> tuple[list[bytes], float]:
     return keep, full
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
+@pytest.mark.skipif(allocator() != "glibc", reason="glibc's malloc serves this process")
 def test_release_gives_freed_heap_pages_back() -> None:
     keep, full = _fragmented_heap()
     release()
     assert full - _rss_mb() > 64 and keep
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
+@pytest.mark.skipif(allocator() != "glibc", reason="glibc's malloc serves this process")
 def test_trimming_gives_freed_heap_pages_back_while_a_trial_runs() -> None:
     with trimming(period=0.05):
         keep, full = _fragmented_heap()
@@ -270,21 +269,43 @@ def test_the_subsample_module_loads_scikit_learn_only_to_stratify() -> None:
 def test_workers_run_starts_allocate_with_jemalloc_where_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     """`allocator_env` preloads jemalloc (beside what LD_PRELOAD already holds) unless the user
     asks for the system's malloc or preloads an allocator of their own; a wrong value is one line."""
-    import ctypes.util
-
     from suite.errors import SuiteError
-    from suite.study.memory import JEMALLOC_CONF, allocator_env
+    from suite.study import memory
 
-    monkeypatch.setattr(ctypes.util, "find_library", lambda name: f"lib{name}.so.2")
-    assert allocator_env({}) == {"LD_PRELOAD": "libjemalloc.so.2", "MALLOC_CONF": JEMALLOC_CONF}
-    kept = allocator_env({"LD_PRELOAD": "libiomp5.so", "MALLOC_CONF": "narenas:1"})
+    monkeypatch.setattr(memory, "_jemalloc_library", lambda: "libjemalloc.so.2")
+    conf = memory.JEMALLOC_CONF
+    assert memory.allocator_env({}) == {"LD_PRELOAD": "libjemalloc.so.2", "MALLOC_CONF": conf}
+    kept = memory.allocator_env({"LD_PRELOAD": "libiomp5.so", "MALLOC_CONF": "narenas:1"})
     assert kept == {"LD_PRELOAD": "libiomp5.so libjemalloc.so.2", "MALLOC_CONF": "narenas:1"}
-    assert allocator_env({"SUITE_ALLOCATOR": "system"}) == {}
-    assert allocator_env({"LD_PRELOAD": "/usr/lib/libtcmalloc_minimal.so.4"}) == {}
+    assert memory.allocator_env({"SUITE_ALLOCATOR": "system"}) == {}
+    assert memory.allocator_env({"LD_PRELOAD": "/opt/libmalloc_x/libtcmalloc_minimal.so.4"}) == {}
     with pytest.raises(SuiteError, match="^SUITE_ALLOCATOR=tcmalloc: expected auto .* or system$"):
-        allocator_env({"SUITE_ALLOCATOR": "tcmalloc"})
-    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
-    assert allocator_env({}) == {}  # not installed: glibc's malloc, trimmed
+        memory.allocator_env({"SUITE_ALLOCATOR": "tcmalloc"})
+    monkeypatch.setattr(memory, "_jemalloc_library", lambda: None)
+    assert memory.allocator_env({}) == {}  # not installed: glibc's malloc, trimmed
+
+
+def test_a_process_starts_again_under_jemalloc_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where glibc serves and jemalloc is asked for, the process execs itself with the preload and
+    a marker; with the marker (after the restart, whatever the dynamic linker made of the preload)
+    or another allocator serving, it goes on as it is."""
+    from suite.study import memory
+
+    started: list[dict[str, str]] = []
+    monkeypatch.setattr(os, "execve", lambda path, args, env: started.append(env))
+    monkeypatch.setattr(memory, "_jemalloc_library", lambda: "libjemalloc.so.2")
+    monkeypatch.setattr(memory, "allocator", lambda: "glibc")
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    monkeypatch.delenv("SUITE_ALLOCATOR", raising=False)
+    memory.restart_with_allocator()
+    (env,) = started
+    assert env["LD_PRELOAD"] == "libjemalloc.so.2" and env[memory.RESTARTED_ENV] == "1"
+    monkeypatch.setenv(memory.RESTARTED_ENV, "1")
+    memory.restart_with_allocator()  # restarted: never a second time
+    assert len(started) == 1 and memory.RESTARTED_ENV not in os.environ  # workers do not inherit it
+    monkeypatch.setattr(memory, "allocator", lambda: "jemalloc")
+    memory.restart_with_allocator()
+    assert len(started) == 1
 
 
 def test_a_wrong_allocator_setting_stops_run_before_any_worker_starts(

@@ -224,7 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
 STUDY_COMMANDS = ("run", "plan", "launch", "worker")  # a `Request`; all but `worker` read specs
 
 
-def main(argv: list[str] | None = None) -> int:
+def entry() -> int:
+    """`suite` and `python -m suite`: `main` in a process of its own, which a command that trains
+    in it (`run --workers 1`, `worker`) may start again under jemalloc (suite/study/memory.py)."""
+    return main(restartable=True)
+
+
+def main(argv: list[str] | None = None, restartable: bool = False) -> int:
     args = build_parser().parse_args(argv)
     try:
         # Argument and spec errors first: the commands' modules import torch, transformers, optuna
@@ -238,10 +244,13 @@ def main(argv: list[str] | None = None) -> int:
             from suite.study.setup import read_specs
 
             read_specs(request)
-        if argv is None and args.command in ("run", "worker"):  # from the command line: trains here
-            from suite.study.memory import restart_with_allocator
+        if request is not None:
+            from suite.study.memory import allocator_setting, restart_with_allocator
 
-            restart_with_allocator()
+            allocator_setting()  # a wrong SUITE_ALLOCATOR: one line, before anything runs
+            here = args.command == "worker" or (args.command == "run" and request.workers == "1")
+            if restartable and here:  # trials train in this process: under jemalloc where installed
+                restart_with_allocator()
         if args.command == "run" and (args.until_halfwidth is not None or args.until_decided):
             from suite.commands.until import run_until
 

@@ -14,12 +14,12 @@ Pages given back cost a page fault each when the heap uses them again. On one on
 5 s, 1.31 GB for ~4%; a fixed 128 KiB mmap threshold (each tensor its own mapping), 1.18 GB for
 ~25%; none, 1.54 GB and growing with every epoch.
 
-Where jemalloc is installed (Linux: Debian's `libjemalloc2`), every process that trains allocates
-with it instead: the workers `run` starts (`allocator_env`, preloaded), and `run` or `worker`
-typed at the command line (`restart_with_allocator`). It keeps no freed gaps resident and hands
+Where jemalloc is installed (Linux: Debian's `libjemalloc2`), the processes that train allocate
+with it instead: the workers `run` starts (`allocator_env`, preloaded), and `run --workers 1` or
+`worker` typed at the command line (`restart_with_allocator`). It keeps no freed gaps resident and hands
 pages back from a thread of its own (`background_thread`): on the NER default a worker's six-epoch
-peak fell from 1.40 GB to 1.16 GB at the same CPU time, every number identical
-(benchmarks/allocator.py). `SUITE_ALLOCATOR=system` keeps the C library's malloc; an allocator
+peak fell from 1.43 GB to 1.18 GB at the same CPU time, every number identical
+(benchmarks/memory.py). `SUITE_ALLOCATOR=system` keeps the C library's malloc; an allocator
 already in `LD_PRELOAD` is left as it is. Each trial records which one served it (`allocator`).
 """
 
@@ -41,20 +41,29 @@ from suite.errors import SuiteError
 
 TRIM_PERIOD_S = 10.0  # seconds between trims while a worker runs (see above)
 ALLOCATOR_ENV = "SUITE_ALLOCATOR"  # auto (jemalloc where installed, the default) or system
+RESTARTED_ENV = "SUITE_ALLOCATOR_RESTARTED"  # set across `restart_with_allocator`: never twice
 JEMALLOC_CONF = "background_thread:true"  # its own thread hands freed pages back
+# A symbol only each allocator exports into the process's global scope (preloaded, it serves malloc).
+ALLOCATORS = {"mallctl": "jemalloc", "tc_malloc": "tcmalloc", "mi_malloc": "mimalloc"}
+
+
+def allocator_setting(environ: Mapping[str, str] = os.environ) -> str:
+    """`SUITE_ALLOCATOR`: `auto` (the default) or `system`; anything else is one line."""
+    choice = environ.get(ALLOCATOR_ENV, "auto")
+    if choice not in ("auto", "system"):
+        raise SuiteError(f"{ALLOCATOR_ENV}={choice}: expected auto (jemalloc where installed) or system")
+    return choice
 
 
 def allocator_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """What a worker's environment adds for jemalloc to serve it: `LD_PRELOAD` and `MALLOC_CONF`,
     where Linux has the library; nothing with `SUITE_ALLOCATOR=system`, an allocator already
     preloaded (a `*malloc*` library in `LD_PRELOAD`), or no jemalloc installed."""
-    choice = environ.get(ALLOCATOR_ENV, "auto")
-    if choice not in ("auto", "system"):
-        raise SuiteError(f"{ALLOCATOR_ENV}={choice}: expected auto (jemalloc where installed) or system")
+    choice = allocator_setting(environ)
     preloaded = environ.get("LD_PRELOAD", "")
-    if choice == "system" or "malloc" in preloaded or not sys.platform.startswith("linux"):
+    if choice == "system" or any("malloc" in Path(p).name for p in preloaded.replace(":", " ").split()):
         return {}
-    if (library := ctypes.util.find_library("jemalloc")) is None:
+    if (library := _jemalloc_library()) is None:
         return {}
     return {
         "LD_PRELOAD": f"{preloaded} {library}".strip(),
@@ -62,44 +71,50 @@ def allocator_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     }
 
 
+@cache
+def _jemalloc_library() -> str | None:
+    """jemalloc's shared library as the dynamic linker finds it (`ldconfig`), or None."""
+    return ctypes.util.find_library("jemalloc") if sys.platform.startswith("linux") else None
+
+
 def restart_with_allocator() -> None:
     """This process started again in place (exec: the same pid, terminal and arguments) with
-    jemalloc preloaded, when `allocator_env` asks for it and it does not serve the process yet:
-    a `run` or `worker` typed at the command line trains under it whatever its worker count."""
-    extra = allocator_env()
-    if not extra or _jemalloc_serves():
+    jemalloc preloaded, when glibc's malloc serves it and `allocator_env` asks for jemalloc: a
+    `run --workers 1` or a `worker` typed at the command line trains under it. Once only: after
+    the restart (`RESTARTED_ENV`) it goes on with whatever serves it (a preload the dynamic
+    linker refused leaves glibc's)."""
+    if os.environ.pop(RESTARTED_ENV, None) or allocator() != "glibc":
         return
-    sys.stdout.flush(), sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **extra})
+    if extra := allocator_env():
+        sys.stdout.flush(), sys.stderr.flush()
+        os.execve(
+            sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **extra, RESTARTED_ENV: "1"}
+        )
 
 
 @cache
 def allocator() -> str:
-    """What serves this process's memory: `jemalloc` (preloaded), `glibc`, or `system` (another
-    platform or C library); each trial records it."""
-    if _jemalloc_serves():
-        return "jemalloc"
-    return "glibc" if _glibc() is not None else "system"
-
-
-def _jemalloc_serves() -> bool:
+    """What serves this process's malloc: `jemalloc`, `tcmalloc` or `mimalloc` (preloaded),
+    `glibc`, or `system` (another platform or C library); each trial records it."""
     try:
-        return "libjemalloc" in Path("/proc/self/maps").read_text()
-    except OSError:  # no /proc: not Linux
-        return False
+        process = ctypes.CDLL(None)  # the global scope: the program, its libraries and preloads
+    except OSError:
+        return "system"
+    for symbol, name in ALLOCATORS.items():
+        if hasattr(process, symbol):
+            return name
+    glibc = hasattr(process, "gnu_get_libc_version") and hasattr(process, "malloc_trim")
+    return "glibc" if glibc else "system"
 
 
 @cache
 def _glibc() -> Any:
-    """glibc's C library when its malloc serves this process, or None (jemalloc preloaded, another
-    platform or C library: nothing of glibc's heap to give back)."""
-    if not sys.platform.startswith("linux") or _jemalloc_serves():
+    """glibc's C library when its malloc serves this process, or None (another allocator, platform
+    or C library: nothing of glibc's heap to give back)."""
+    if allocator() != "glibc":
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim.argtypes = [ctypes.c_size_t]
-    except (OSError, AttributeError):  # musl has no malloc_trim
-        return None
+    libc = ctypes.CDLL(None)  # glibc's malloc_trim, found in the global scope
+    libc.malloc_trim.argtypes = [ctypes.c_size_t]
     return libc
 
 

@@ -85,6 +85,8 @@ def test_kills_at_every_named_point_then_rerun(
     for point in KILL_POINTS:  # one after another into the same run folder and cache
         killed = _run(command, _env(cache, point))
         assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-2000:])
+    outputs = ("run.json", "trials.jsonl", "leaderboard.json")
+    assert not [name for name in outputs if (next(out.glob("*/*")) / name).exists()]  # died before any
     final = _run(command, _env(cache))
     assert final.returncode == 0, final.stderr[-2000:]
     _check_complete(next(out.glob("*/*")), uninterrupted)
