@@ -186,10 +186,11 @@ def test_tpe_proposes_hyperparameters_never_seeds(tiny_task: Path, tiny_models) 
     assert len(by_setting) == 2 and all(len(set(v)) == 2 for v in by_setting.values())
 
 
-def test_run_twice_trains_once_and_rewrites_the_same_outputs(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
-    trials_file = run_tiny(tiny_task, tiny_models["bert"]) / "trials.jsonl"
+def test_run_twice_trains_once_and_rewrites_the_same_outputs(tiny_study, tiny_models) -> None:  # noqa: ANN001
+    task, folder = tiny_study  # the first run
+    trials_file = folder / "trials.jsonl"
     first = trials_file.read_text()
-    run_tiny(tiny_task, tiny_models["bert"])
+    run_tiny(task, tiny_models["bert"])
     assert trials_file.read_text() == first
     summaries = optuna.get_all_study_summaries(f"sqlite:///{trials_file.parent / 'study.db'}")
     assert len(summaries) == 1 and summaries[0].n_trials == 3  # no new trials on the rerun

@@ -19,7 +19,6 @@ import pytest
 import yaml
 
 from suite.commands.cli import main
-from tests.conftest import run_tiny
 
 pytestmark = pytest.mark.faults
 OUTPUTS = ("run.json", "trials.jsonl", "leaderboard.json")
@@ -148,12 +147,12 @@ DAMAGES = {
 
 
 def test_outputs_of_a_study_the_storage_does_not_hold_are_refused_and_kept(
-    tiny_task: Path, tiny_models, capsys
+    tiny_study: tuple[Path, Path], tiny_models, capsys
 ) -> None:  # noqa: ANN001
     """`run` (and `plan`) would take it as a new study and overwrite the only copy of the old
     one's results: one line naming the study, exit 2, the outputs and the storage untouched."""
+    tiny_task, trained = tiny_study
     root = tiny_task.parent.parent
-    trained = run_tiny(tiny_task, tiny_models["bert"])
     name = json.loads((trained / "run.json").read_text())["study"]
     for damage, harm in DAMAGES.items():
         out = root / damage

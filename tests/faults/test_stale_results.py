@@ -28,28 +28,28 @@ def _refused(capsys: pytest.CaptureFixture, task: Path, model: Path, *extra: str
     return err
 
 
-def test_changed_task_field_is_refused_naming_it(tiny_task: Path, tiny_models, capsys) -> None:  # noqa: ANN001
-    folder = run_tiny(tiny_task, tiny_models["bert"])
+def test_changed_task_field_is_refused_naming_it(tiny_study, tiny_models, capsys) -> None:  # noqa: ANN001
+    task, folder = tiny_study
     n = _trials(folder)
-    tiny_task.write_text(tiny_task.read_text().replace("max_length: 32", "max_length: 16"))
-    err = _refused(capsys, tiny_task, tiny_models["bert"])
+    task.write_text(task.read_text().replace("max_length: 32", "max_length: 16"))
+    err = _refused(capsys, task, tiny_models["bert"])
     assert "task.max_length 32 -> 16" in err and "--out" in err and "--study" in err
     assert _trials(folder) == n  # nothing trained, nothing queued
 
 
-def test_changed_failure_rule_and_eval_limit_are_refused(tiny_task: Path, tiny_models, capsys) -> None:  # noqa: ANN001
-    run_tiny(tiny_task, tiny_models["bert"])
-    tiny_task.write_text(tiny_task.read_text() + "eval_limit: 10\nfailure: {margin: 0.05}\n")
-    err = _refused(capsys, tiny_task, tiny_models["bert"])
+def test_changed_failure_rule_and_eval_limit_are_refused(tiny_study, tiny_models, capsys) -> None:  # noqa: ANN001
+    task, _ = tiny_study
+    task.write_text(task.read_text() + "eval_limit: 10\nfailure: {margin: 0.05}\n")
+    err = _refused(capsys, task, tiny_models["bert"])
     assert "task.eval_limit null -> 10" in err and "task.failure.margin 0.0 -> 0.05" in err
 
 
-def test_edited_data_file_is_refused(tiny_task: Path, tiny_models, capsys) -> None:  # noqa: ANN001
-    run_tiny(tiny_task, tiny_models["bert"])
-    train = tiny_task.parent.parent / "data" / "tiny" / "train.tsv"
+def test_edited_data_file_is_refused(tiny_study, tiny_models, capsys) -> None:  # noqa: ANN001
+    task, _ = tiny_study
+    train = task.parent.parent / "data" / "tiny" / "train.tsv"
     lines = train.read_text().splitlines()
     train.write_text("\n".join([lines[0], *reversed(lines[1:])]) + "\n")  # same path, new content
-    err = _refused(capsys, tiny_task, tiny_models["bert"])
+    err = _refused(capsys, task, tiny_models["bert"])
     assert "data.train " in err
 
 
@@ -64,16 +64,14 @@ def test_other_eval_split_is_refused(tiny_task: Path, tiny_models, capsys) -> No
     assert "task.eval_split validation -> test" in err
 
 
-def test_other_thread_count_is_refused(tiny_task: Path, tiny_models, capsys) -> None:  # noqa: ANN001
-    run_tiny(tiny_task, tiny_models["bert"], "--threads", "1")
-    err = _refused(capsys, tiny_task, tiny_models["bert"], "--threads", "2")
+def test_other_thread_count_is_refused(tiny_study, tiny_models, capsys) -> None:  # noqa: ANN001
+    task, _ = tiny_study  # run with --threads 1
+    err = _refused(capsys, task, tiny_models["bert"], "--threads", "2")
     assert "threads 1 -> 2" in err
 
 
-def test_same_command_resumes_and_a_new_study_name_starts_afresh(
-    tiny_task: Path, tiny_models, capsys
-) -> None:  # noqa: ANN001
-    folder = run_tiny(tiny_task, tiny_models["bert"])
+def test_same_command_resumes_and_a_new_study_name_starts_afresh(tiny_study, tiny_models, capsys) -> None:  # noqa: ANN001
+    tiny_task, folder = tiny_study
     first = (folder / "trials.jsonl").read_text()
     run_tiny(tiny_task, tiny_models["bert"])
     assert (folder / "trials.jsonl").read_text() == first and _trials(folder) == 3
@@ -86,10 +84,10 @@ def test_same_command_resumes_and_a_new_study_name_starts_afresh(
     assert _trials(folder) == 6
 
 
-def test_worker_refuses_a_study_it_would_run_differently(tiny_task: Path, tiny_models, capsys) -> None:  # noqa: ANN001
-    folder = run_tiny(tiny_task, tiny_models["bert"], "--threads", "1")
+def test_worker_refuses_a_study_it_would_run_differently(tiny_study, tiny_models, capsys) -> None:  # noqa: ANN001
+    task, folder = tiny_study  # run with --threads 1
     name = json.loads((folder / "run.json").read_text())["study"]
-    data = tiny_task.parent.parent / "data"
+    data = task.parent.parent / "data"
     common = ["worker", "--storage", f"sqlite:///{folder / 'study.db'}", "--study", name, "--quiet"]
     assert main([*common, "--data-dir", str(data), "--threads", "1"]) == 0  # same inputs: joins
     assert main([*common, "--data-dir", str(data), "--threads", "2"]) == 2
@@ -101,13 +99,13 @@ def test_worker_refuses_a_study_it_would_run_differently(tiny_task: Path, tiny_m
     assert "data.dev " in capsys.readouterr().err
 
 
-def test_study_without_fingerprint_is_refused(tiny_task: Path, tiny_models, capsys) -> None:  # noqa: ANN001
-    folder = run_tiny(tiny_task, tiny_models["bert"])
+def test_study_without_fingerprint_is_refused(tiny_study, tiny_models, capsys) -> None:  # noqa: ANN001
+    task, folder = tiny_study
     storage = f"sqlite:///{folder / 'study.db'}"
     (summary,) = optuna.get_all_study_summaries(storage)
     study = optuna.load_study(study_name=summary.study_name, storage=storage)
     study._storage.set_study_user_attr(study._study_id, "fingerprint", None)  # an older suite's study
-    err = _refused(capsys, tiny_task, tiny_models["bert"])
+    err = _refused(capsys, task, tiny_models["bert"])
     assert "has no fingerprint" in err
 
 
