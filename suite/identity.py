@@ -218,9 +218,15 @@ def software_stack(trainer: dict[str, Any], attention: str | None) -> dict[str, 
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """Changes whenever the tokenizer's vocabulary, normalisation or special tokens change."""
+    """Changes whenever the tokenizer's vocabulary, normalisation or special tokens change; not with
+    the truncation and padding a call leaves on its backend (transformers sets them at the first call
+    with `truncation=True`: hashed with them, one tokenizer named two cache keys in one process)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    body = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    if backend is not None:
+        state = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("truncation", "padding")}
+        body = json.dumps(state, sort_keys=True)
+    else:
+        body = json.dumps(tokenizer.get_vocab(), sort_keys=True)
     extra = f"{type(tokenizer).__name__}|{tokenizer.padding_side}|{tokenizer.model_max_length}"
     return hashlib.sha256((body + extra).encode()).hexdigest()[:16]
 

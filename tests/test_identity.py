@@ -112,3 +112,18 @@ def test_tagging_features_are_rebuilt_for_other_code(
     before = len(made)
     monkeypatch.setattr(identity, "code_digest", lambda: "another code")
     assert data.features("dev", indices) == first and len(made) == before + 1
+
+
+def test_a_tokenizer_names_one_cache_key_before_and_after_it_truncates() -> None:
+    """transformers leaves truncation and padding on a fast tokenizer's backend at its first call
+    with `truncation=True`: the fingerprint must not move with them (each process would tokenise
+    again under a second key), but does with what changes the features (the maximum length)."""
+    from suite.model.encoders import load_tokenizer
+
+    tokenizer = load_tokenizer("minilm-l6")
+    before = identity.tokenizer_fingerprint(tokenizer)
+    tokenizer(["a sentence", "another"], truncation=True, max_length=8, padding=True)
+    assert tokenizer.backend_tokenizer.truncation is not None  # the call did leave its state
+    assert identity.tokenizer_fingerprint(tokenizer) == before
+    tokenizer.model_max_length = 64
+    assert identity.tokenizer_fingerprint(tokenizer) != before
