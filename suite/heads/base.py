@@ -16,6 +16,7 @@ from suite.config.sweep import HParams
 from suite.data.pieces import PIECE_COST_TOKENS, split_batch
 from suite.errors import TrialDiverged
 from suite.faults import reach
+from suite.model.embedding_grad import keep_embedding_grad
 from suite.model.encoders import encoder_inputs
 from suite.model.optim import make_optimizer
 from suite.model.stabilisers import lr_multipliers
@@ -56,6 +57,7 @@ class EncoderModule(L.LightningModule):
 
     def __init__(self, encoder: PreTrainedModel, hparams: HParams) -> None:
         super().__init__()
+        keep_embedding_grad(encoder)  # its gradient without a fresh vocabulary-sized block per call
         self.encoder = encoder
         self.train_hparams = hparams
         self.loss_curve: list[float] = []
