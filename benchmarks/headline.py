@@ -47,6 +47,8 @@ def run_side(code: Path, folder: Path, args: argparse.Namespace) -> dict[str, An
     command += ["--out", str(out), "--quiet", "--seeds", str(args.seeds)]
     command += ["--set", f"sweep.hparams.epochs={args.epochs}"] if args.epochs != 6 else []
     env = {**os.environ, "PYTHONPATH": str(code), "SUITE_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1"}
+    if "SUITE_DATA_DIR" in env:  # the before side runs in its own folder: a relative path would move
+        env["SUITE_DATA_DIR"] = str(Path(env["SUITE_DATA_DIR"]).resolve())
     start = time.perf_counter()
     subprocess.run(command, env=env, cwd=code, check=True, stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - start

@@ -6,13 +6,14 @@ torch's own."""
 from __future__ import annotations
 
 import copy
+import random
 
 import pytest
 import torch
 from transformers import AutoModel
 
 from suite.model.embedding_grad import KeptGradEmbedding, keep_embedding_grad
-from tests.conftest import ARCHITECTURES, tiny_config
+from tests.conftest import ARCHITECTURES, WORDS, tiny_config
 
 VOCAB = 200
 
@@ -132,3 +133,97 @@ def test_one_buffer_unless_gradients_accumulate() -> None:
     assert len(embedding._buffers_kept) == 1 and embedding.weight.grad is embedding._buffers_kept[0]
     _step(kept, _pieces(2), seed=2)  # a second pass into the same .grad: a second buffer, kept
     assert len(embedding._buffers_kept) == 2 and embedding.weight.grad is embedding._buffers_kept[0]
+
+
+def test_a_large_vocabulary_on_two_threads_and_under_autocast() -> None:
+    """Rows spread over a vocabulary of several of the stock kernel's 1,000-row chunks, summed on
+    2 threads, and a step under CPU bf16 autocast (the embedding computes in fp32 there)."""
+    config = tiny_config("bert", 5000)
+    torch.manual_seed(0)
+    stock = AutoModel.from_config(config).train()
+    kept = copy.deepcopy(stock)
+    keep_embedding_grad(kept)
+    generator = torch.Generator().manual_seed(3)
+    pieces = [
+        torch.randint(1, 5000, (rows, width), generator=generator)
+        for rows, width in [(6, 9), (4, 17), (3, 40)]
+    ]
+    pieces = [torch.cat([p, p[:, :5]], 1) for p in pieces]  # every id twice or more
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for autocast in (False, True):
+            for encoder in (stock, kept):
+                encoder.zero_grad(set_to_none=True)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                    _step(encoder, pieces, seed=4)
+            expected, found = _grads(stock), _grads(kept)
+            assert [n for n in expected if not torch.equal(expected[n], found[n])] == [], autocast
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_a_tied_embedding_is_left_to_torch() -> None:
+    _, encoder = _pair("bert")
+    encoder.embeddings.word_embeddings.__class__ = torch.nn.Embedding
+    encoder.tied = torch.nn.Linear(32, VOCAB, bias=False)
+    encoder.tied.weight = encoder.embeddings.word_embeddings.weight  # used twice: another order
+    keep_embedding_grad(encoder)
+    assert type(encoder.get_input_embeddings()) is torch.nn.Embedding
+
+
+def test_a_cast_module_makes_its_buffers_again() -> None:
+    _, kept = _pair("bert")
+    _step(kept, _pieces(0), seed=0)
+    kept.zero_grad(set_to_none=True)
+    kept.double()
+    _step(kept, _pieces(1), seed=1)
+    assert kept.get_input_embeddings().weight.grad.dtype == torch.float64
+
+
+def test_a_trial_ends_on_the_same_weights_and_record_with_torch_s_backward(
+    tiny_models, tiny_task, monkeypatch
+) -> None:  # noqa: ANN001
+    """A whole trial (Lightning's loop: clipping, fused AdamW, zero_grad; split batches) on the tiny
+    task, with and without the kept gradient: every final weight and the record are equal."""
+    import lightning as L
+
+    import suite.heads.base
+    from suite.config.sweep import HParams
+    from suite.config.task import load_task
+    from suite.data.pieces import DEVICE_PIECE_COST
+    from suite.heads.registry import prepare_task
+    from suite.model.encoders import load_tokenizer
+    from suite.training.trial import run_trial
+    from suite.training.trial_plan import Seeds, TrialPlan
+
+    class Weights(L.Callback):
+        def on_train_end(self, trainer: L.Trainer, module: torch.nn.Module) -> None:
+            self.found = {k: v.clone() for k, v in module.state_dict().items()}
+
+    rng = random.Random(0)  # ragged pairs (the tiny task's are all 4 + 4 words): batches in pieces
+    pairs = ["\t".join(" ".join(rng.choices(WORDS, k=rng.randint(1, 12))) for _ in "ab") for _ in range(48)]
+    rows = [f"{pair}\t{rng.choice(['yes', 'no'])}" for pair in pairs]
+    (tiny_task.parent.parent / "data" / "tiny" / "train.tsv").write_text(
+        "s1\ts2\tlabel\n" + "\n".join(rows) + "\n"
+    )
+    model = str(tiny_models["bert"])
+    task = prepare_task(load_task(tiny_task), tiny_task.parent.parent / "data", load_tokenizer(model))
+    plan = TrialPlan(32, HParams(lr=1e-3, batch_size=16, epochs=2, split_batches=True), Seeds(1, 2, 3))
+    monkeypatch.setitem(DEVICE_PIECE_COST, "cpu", 8)  # pieces wherever they save 8 padded tokens
+    calls = []
+    add_rows = KeptGradEmbedding.add_rows
+    monkeypatch.setattr(KeptGradEmbedding, "add_rows", lambda *a: calls.append(1) or add_rows(*a))
+    runs = {}
+    for kept in (True, False):
+        if not kept:
+            monkeypatch.setattr(suite.heads.base, "keep_embedding_grad", lambda encoder: None)
+        weights = Weights()
+        record = run_trial(task, model, plan, callbacks=[weights])
+        assert record["outcome"] != "errored", record["reason"]
+        runs[kept] = (record, weights.found)
+    assert len(calls) > 4  # more calls than the 4 steps: pieces took the kept path
+    (record, weights), (stock_record, stock_weights) = runs[True], runs[False]
+    assert [k for k in stock_weights if not torch.equal(stock_weights[k], weights[k])] == []
+    for field in ("loss_curve", "tokens", "epochs", "per_example", "score"):
+        assert record[field] == stock_record[field], field

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.autograd import Variable
+from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 
@@ -29,13 +30,14 @@ class _RowsBackward(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ids: torch.Tensor, weight: torch.Tensor, owner: KeptGradEmbedding) -> torch.Tensor:  # noqa: ANN001
         ctx.save_for_backward(ids)
-        ctx.owner = owner
+        ctx.owner, ctx.weight = owner, weight
         return F.embedding(ids, weight, owner.padding_idx)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad: torch.Tensor) -> tuple[None, None, None]:  # noqa: ANN001
         (ids,) = ctx.saved_tensors
-        ctx.owner.add_rows(ids, grad)
+        ctx.owner.add_rows(ids, grad, ctx.weight)
         return None, None, None
 
 
@@ -46,7 +48,8 @@ class KeptGradEmbedding(nn.Embedding):
     # Vocabulary-sized buffers, made once: the one `.grad` holds, and (only when gradients are
     # accumulated over backward passes) the one a pass sums into while `.grad` is still held.
     _buffers_kept: list[torch.Tensor] | None = None
-    _pending: tuple[int, torch.Tensor] | None = None  # (the backward pass, its sum so far)
+    # Per backward pass under way (autograd's graph task): the weight it is for and its sum so far.
+    _pending: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         # Renormalising or sparse lookups, and functorch transforms (replicates under vmap: their
@@ -58,7 +61,7 @@ class KeptGradEmbedding(nn.Embedding):
             return super().forward(ids)
         return _RowsBackward.apply(ids, self.weight, self)
 
-    def add_rows(self, ids: torch.Tensor, grad: torch.Tensor) -> None:
+    def add_rows(self, ids: torch.Tensor, grad: torch.Tensor, weight: torch.Tensor) -> None:
         """`grad` (per token of `ids`) summed per row as torch's embedding backward sums it (in
         token order, from zero, over a compact index), and added into this backward pass's sum,
         which goes into `weight.grad` when the pass ends (`_settle`): as autograd sums the calls'
@@ -68,39 +71,49 @@ class KeptGradEmbedding(nn.Embedding):
         if self.padding_idx is not None and bool((hit := rows == self.padding_idx).any()):
             padding = int(hit.nonzero()[0, 0])
         sums = torch.ops.aten.embedding_dense_backward(grad, compact, len(rows), padding, False)
+        pending = self._pending = self._pending or {}
         task = torch._C._current_graph_task_id()
-        if self._pending is None or self._pending[0] != task:  # the pass's first call (a stale sum
-            # of a pass that raised is dropped, as autograd drops its buffers)
-            self._pending = (task, self._zeroed())
-            Variable._execution_engine.queue_callback(self._settle)
-        self._pending[1].index_add_(0, rows, sums)
+        if task not in pending:  # the pass's first call
+            pending[task] = (weight, self._zeroed(weight))
+            Variable._execution_engine.queue_callback(lambda: self._settle(task))
+        pending[task][1].index_add_(0, rows, sums)
 
-    def _zeroed(self) -> torch.Tensor:
-        """A zeroed kept buffer that `.grad` does not hold (the second made only when needed)."""
+    def _zeroed(self, weight: torch.Tensor) -> torch.Tensor:
+        """A zeroed kept buffer that neither `.grad` nor a pass under way holds (the second made
+        only when needed)."""
         kept = self._buffers_kept = self._buffers_kept or []
-        free = next((b for b in kept if b is not self.weight.grad), None)
+        held = [weight.grad, *(total for _, total in self._pending.values())]
+        free = next((b for b in kept if all(b is not h for h in held)), None)
         if free is None:
-            kept.append(free := torch.zeros_like(self.weight))
+            kept.append(free := torch.zeros_like(weight))
             return free
         return free.zero_()
 
-    def _settle(self) -> None:
+    def _settle(self, task: int) -> None:
         """The pass's sum into `.grad` as autograd's accumulation does it: taken when there is no
-        `.grad`, else added in place."""
-        total = self._pending[1]
-        self._pending = None
-        if self.weight.grad is None:
-            self.weight.grad = total
+        `.grad`, else added in place. (A pass that raised never settles: its sum is dropped, as
+        autograd drops its buffers.)"""
+        weight, total = self._pending.pop(task)
+        if weight.grad is None:
+            weight.grad = total
         else:
-            self.weight.grad.add_(total)
+            weight.grad.add_(total)
+
+    def _apply(self, fn, recurse: bool = True):  # noqa: ANN001, ANN202 (torch's signature)
+        self._buffers_kept, self._pending = None, None  # made again for the moved or cast weight
+        return super()._apply(fn, recurse)
 
 
 def keep_embedding_grad(encoder: nn.Module) -> None:
     """The encoder's input (word) embedding made a `KeptGradEmbedding`, in place; an encoder whose
-    input embedding is not a plain `nn.Embedding` is left as it is."""
+    input embedding is not a plain `nn.Embedding`, or whose embedding weight is used elsewhere too
+    (tied: its other gradient would reach `.grad` first, another order of additions), is left as
+    it is."""
     try:
         embedding = encoder.get_input_embeddings()
     except (AttributeError, NotImplementedError):
         return
-    if type(embedding) is nn.Embedding:
+    if type(embedding) is not nn.Embedding:
+        return
+    if sum(p is embedding.weight for _, p in encoder.named_parameters(remove_duplicate=False)) == 1:
         embedding.__class__ = KeptGradEmbedding
