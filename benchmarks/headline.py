@@ -13,9 +13,9 @@ the other, each from an empty feature cache as a fresh clone would, alone on the
 
 Prints per side: the study's wall time (process start to exit), per trial the mean wall time and
 its split (training, curve evaluation, final evaluation: recorded since the curve sample; "-" where
-the code did not record it), every seed's final entity F1, whether each trial's score, per-sentence
-outcomes, loss curve and token counts are bit-identical between the sides, and the after/before
-ratios.
+the code did not record it), the workers' peak RSS (the trial records' largest), every seed's
+final entity F1, whether each trial's score, per-sentence outcomes, loss curve and token counts
+are bit-identical between the sides, and the after/before ratios.
 """
 
 from __future__ import annotations
@@ -82,6 +82,9 @@ def report(sides: dict[str, dict[str, Any]], args: argparse.Namespace, seconds: 
         )
     )
     rows += [(f"  {p.replace('_', ' ')}", mean_part(b_records, p), mean_part(a_records, p)) for p in PARTS]
+    rows.append(
+        ("worker peak RSS, MB (max)", *(max(r["peak_rss_mb"] for r in rs) for rs in (b_records, a_records)))
+    )
     for label, b, a in rows:
         ratio = f"{a / b:6.2f}x" if a is not None and b else "      -"
         b_, a_ = ("-" if v is None else f"{v:.1f}" for v in (b, a))

@@ -3,7 +3,7 @@
 torch's embedding backward returns a dense [vocabulary, width] gradient for every call (MiniLM:
 47 MB), zero-filled, and autograd adds the pieces' of a split batch into yet another. A block this
 large is fresh memory each time (glibc and jemalloc both map it anew), so the kernel faults it in
-page by page: ~24 ms a call against ~4 ms of arithmetic, 10-20% of a NER step on 2 cores
+page by page: ~24 ms a call against ~4 ms of arithmetic, 17-20% of a NER step on the CPU
 (benchmarks/RESULTS.md). Here a call sums its own tokens' rows with the same kernel over a compact
 index, adds those rows into a buffer kept across steps, and at the end of the backward pass puts
 that sum into the weight's `.grad` as autograd would: each row sees the same additions in the same
