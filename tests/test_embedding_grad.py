@@ -45,6 +45,11 @@ def _grads(encoder: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.grad.clone() for n, p in encoder.named_parameters() if p.grad is not None}
 
 
+def _unequal(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> list[str]:
+    """The names whose tensors differ in any bit (a name missing from `found` fails loudly)."""
+    return [n for n in expected if not torch.equal(expected[n], found[n])]
+
+
 def _pair(arch: str) -> tuple[torch.nn.Module, torch.nn.Module]:
     torch.manual_seed(0)
     stock = AutoModel.from_config(tiny_config(arch, VOCAB)).train()
@@ -64,7 +69,7 @@ def test_gradients_are_bit_identical_to_torch_s_over_steps(arch: str) -> None:
             _step(encoder, _pieces(step), seed=step)
         expected, found = _grads(stock), _grads(kept)
         assert found.keys() == expected.keys()
-        assert [n for n in expected if not torch.equal(expected[n], found[n])] == []
+        assert _unequal(expected, found) == []
     # One buffer for every step: no vocabulary-sized block per call.
     embedding = kept.get_input_embeddings()
     assert any(embedding.weight.grad is b for b in embedding._buffers_kept)
@@ -91,12 +96,12 @@ def test_accumulated_gradients_and_kept_grad_tensors_are_torch_s() -> None:
         _step(encoder, _pieces(0), seed=0)
         _step(encoder, _pieces(1), seed=1)
     expected, found = _grads(stock), _grads(kept)
-    assert [n for n in expected if not torch.equal(expected[n], found[n])] == []
+    assert _unequal(expected, found) == []
     for encoder in (stock, kept):
         encoder.zero_grad(set_to_none=False)
         _step(encoder, _pieces(2), seed=2)
     expected, found = _grads(stock), _grads(kept)
-    assert [n for n in expected if not torch.equal(expected[n], found[n])] == []
+    assert _unequal(expected, found) == []
 
 
 def test_frozen_or_evaluating_embeddings_take_torch_s_own_path() -> None:
@@ -158,7 +163,7 @@ def test_a_large_vocabulary_on_two_threads_and_under_autocast() -> None:
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                     _step(encoder, pieces, seed=4)
             expected, found = _grads(stock), _grads(kept)
-            assert [n for n in expected if not torch.equal(expected[n], found[n])] == [], autocast
+            assert _unequal(expected, found) == [], autocast
     finally:
         torch.set_num_threads(threads)
 
@@ -224,6 +229,6 @@ def test_a_trial_ends_on_the_same_weights_and_record_with_torch_s_backward(
         runs[kept] = (record, weights.found)
     assert len(calls) > 4  # more calls than the 4 steps: pieces took the kept path
     (record, weights), (stock_record, stock_weights) = runs[True], runs[False]
-    assert [k for k in stock_weights if not torch.equal(stock_weights[k], weights[k])] == []
+    assert _unequal(stock_weights, weights) == []
     for field in ("loss_curve", "tokens", "epochs", "per_example", "score"):
         assert record[field] == stock_record[field], field

@@ -91,8 +91,9 @@ class KeptGradEmbedding(nn.Embedding):
 
     def _settle(self, task: int) -> None:
         """The pass's sum into `.grad` as autograd's accumulation does it: taken when there is no
-        `.grad`, else added in place. (A pass that raised never settles: its sum is dropped, as
-        autograd drops its buffers.)"""
+        `.grad`, else added in place. (A pass that raised never settles: its sum never reaches
+        `.grad`, as autograd's buffers do not, and its entry keeps one buffer held until the module
+        is cast or dropped: a raised backward ends the trial.)"""
         weight, total = self._pending.pop(task)
         if weight.grad is None:
             weight.grad = total
