@@ -42,9 +42,11 @@ def _threads_per_test_process() -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest first: the tests that train the bundled model (`slow`) and those that start suite
-    processes (`faults`) lead the collection, so pytest-xdist starts them early and the short ones
-    fill in around them (`--dist load` hands each test process the next test as it frees), rather
-    than one long test landing last and running alone."""
+    processes (`faults`) lead the collection. `--dist load` hands each test process a first chunk
+    of a quarter of the collection, then the next tests as it frees: the long tests fall in the
+    first process's chunk and the short ones run beside them in the other, rather than one long
+    test landing last and running alone (handing the long ones out one at a time, side by side,
+    measured slower: docs/contributing.md)."""
 
     def rank(item: pytest.Item) -> int:
         return 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("faults") else 2
