@@ -10,7 +10,8 @@ SIGHUP from then on, like a process hung where no signal handler runs), only a k
 often each trial trained, and by which processes, counted across processes. Points: `trial` (a
 worker starts a trial; detail: its key), `cache_write` (a feature file written, not yet in place),
 `train_step`, `evaluation` (a dev evaluation done, not yet recorded), `outputs_write` (an output
-written, not yet in place). Unset, `reach` costs three
+written, not yet in place), `held` (a worker `run` started while its first worker plans has
+imported what it needs and waits for the plan). Unset, `reach` costs three
 dictionary lookups.
 """
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from suite.errors import SpecError
-from suite.study.offload import hand_back
+from suite.study.offload import hand_back, tell
 
 
 def answer_then_go_on(path: str, code: int) -> int:
@@ -17,3 +17,11 @@ def answer_then_go_on(path: str, code: int) -> int:
     if code == 2:
         raise SpecError("found after answering")
     return code
+
+
+def tell_then_end(code: int) -> str:
+    """Tell this process's pid, then end with a result (0) or a `SpecError` (2)."""
+    tell(os.getpid())
+    if code == 2:
+        raise SpecError("found after telling")
+    return "planned"

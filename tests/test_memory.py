@@ -20,7 +20,7 @@ from suite.heads.registry import PreparedTask
 from suite.study.memory import allocator, release, reset_peak, trimming
 from suite.study.offload import start_child
 from suite.study.setup import _int_size
-from tests.child_calls import answer_then_go_on
+from tests.child_calls import answer_then_go_on, tell_then_end
 from tests.conftest import run_tiny
 
 REPO = Path(__file__).resolve().parent.parent
@@ -85,6 +85,36 @@ def test_a_child_that_answered_goes_on_and_ends_as_a_command(tmp_path: Path) -> 
         assert (tmp_path / f"{code}.txt").read_text() == "went on"
     with pytest.raises(RuntimeError, match="exited with code 1 before answering"):
         start_child(os._exit, 1).answer()
+
+
+def test_a_child_tells_before_its_last_answer_which_may_be_an_error() -> None:
+    """What a child tells comes first, its result or its error after it: the first worker tells
+    `run` the worker count, then hands back the plan or the error that ended planning."""
+    here = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": here}
+    child = start_child(tell_then_end, 0, env=env)
+    assert child.answer() == child.process.pid and child.answer() == "planned"
+    assert child.process.wait() == 0
+    child = start_child(tell_then_end, 2, env=env)
+    assert child.answer() == child.process.pid
+    with pytest.raises(SpecError, match="found after telling"):
+        child.answer()
+    assert child.process.wait() == 1
+
+
+def test_a_suite_process_ends_without_the_teardowns_collections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -m suite ...` freezes what it holds out of the collector as it ends, whatever its
+    exit: the interpreter's teardown then frees by reference count only."""
+    from suite.commands.cli import entry
+
+    monkeypatch.setattr(sys, "argv", ["suite", "list"])
+    try:
+        assert gc.get_freeze_count() == 0 and entry() == 0 and gc.get_freeze_count() > 0
+        gc.unfreeze()
+        monkeypatch.setattr(sys, "argv", ["suite", "validate", "no-such-file.yaml"])
+        assert entry() == 2 and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
@@ -223,13 +253,20 @@ def test_an_explicit_worker_count_starts_no_process_for_a_trial_that_is_not_ther
 
 
 def test_a_user_error_found_while_the_first_worker_plans_is_one_line_exit_2(
-    tiny_task: Path, tmp_path: Path, capfd: pytest.CaptureFixture
+    tiny_task: Path, tmp_path: Path, capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A model that does not exist is found by planning (the spec reads fine): the worker that
-    planned answers the error and ends, `run` says it once and exits 2; no trial was queued."""
+    planned answers the error and ends, `run` says it once and exits 2; no trial was queued. The
+    second worker, started once the count was known, ended with it without joining."""
+    from suite.commands import run
+
+    held: list[subprocess.Popen] = []
+    start = run.start_held_workers
+    monkeypatch.setattr(run, "start_held_workers", lambda *a: held.extend(start(*a)) or held)
     run_tiny(tiny_task, tmp_path / "no-such-model", "--workers", "2", expect=2)
     err = capfd.readouterr().err
     assert err.count("error:") == 1 and "no-such-model" in err, err
+    assert len(held) == 1 and held[0].poll() is not None
     assert not list((tiny_task.parent.parent / "runs").glob("*/*/study.db"))
 
 

@@ -158,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
     work = sub.add_parser("worker", help="join a running study and run trials until it is done")
     work.add_argument("--storage", required=True, help="the study's Optuna storage URL")
     work.add_argument("--study", required=True, help="the study name (`suite run` prints it)")
+    work.add_argument(
+        "--wait-for-go",
+        action="store_true",
+        help="import, then join only once a line 'go' comes on stdin (how `run` starts its other "
+        "workers while the first one plans; the end of input ends the worker without joining)",
+    )
     _add_common_args(work)
     _add_log_to_arg(work)
     export = sub.add_parser("export", help="write a storage's trials to JSONL or CSV")
@@ -226,8 +232,14 @@ STUDY_COMMANDS = ("run", "plan", "launch", "worker")  # a `Request`; all but `wo
 
 def entry() -> int:
     """`suite` and `python -m suite`: `main` in a process of its own, which a command that trains
-    in it (`run --workers 1`, `worker`) may start again under jemalloc (suite/study/memory.py)."""
-    return main(restartable=True)
+    in it (`run --workers 1`, `worker`) may start again under jemalloc (suite/study/memory.py),
+    and that ends without a teardown's collections (`skip_exit_collection`)."""
+    from suite.study.memory import skip_exit_collection
+
+    try:
+        return main(restartable=True)
+    finally:
+        skip_exit_collection()
 
 
 def main(argv: list[str] | None = None, restartable: bool = False) -> int:
@@ -270,7 +282,7 @@ def main(argv: list[str] | None = None, restartable: bool = False) -> int:
         elif args.command == "worker":
             from suite.commands.run import worker
 
-            return worker(request)
+            return worker(request, wait_for_plan=args.wait_for_go)
         elif args.command == "export":
             from suite.commands.run import export
 

@@ -5,18 +5,23 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from suite.config.request import Request
+from suite.faults import reach
 from suite.outputs.run_folder import summary_rows, write_outputs
-from suite.study.offload import hand_back, start_child
+from suite.study.offload import hand_back, start_child, tell
 from suite.study.setup import Setup
 from suite.study.supervise import (
+    GO,
     Stopped,
     grace_s,
+    let_go,
     restart_as_worker,
     run_workers,
+    start_held_workers,
     stop_with_parent,
     stop_workers,
     stops_allowed,
@@ -78,29 +83,37 @@ def _run_here(request: Request) -> tuple[Setup, Any, int]:
 
 
 def _run_supervised(request: Request) -> tuple[Setup, Any, int]:
-    """The first worker plans and hands back the setup (without its prepared task), each worker's
-    environment and the planned trials; this process then starts the other workers (none when
-    one is enough: `--workers auto` on one CPU or GPU, or one trial left) and waits for all.
-    Stops are held from its start to `run_workers` but while it plans: one stops it wherever it
-    lands, and a second cannot cut short the wait for its trial to be put back."""
+    """The first worker plans: it tells the worker count as soon as it is known, and this process
+    starts the other workers then (none when one is enough: `--workers auto` on one CPU or GPU,
+    or one trial left), held until the plan is stored, so their imports overlap the first's
+    checks; then it hands back the setup (without its prepared task) and this process waits for
+    all. Stops are held from its start to `run_workers` but while it plans: one stops every
+    process started so far wherever it lands, and a second cannot cut short the wait for its
+    trial to be put back."""
     study = None
     try:
         with stops_held():
             first = start_child(_plan_then_work, request, env=worker_env({}), new_session=True)
+            held: list[Any] = []
             try:
+                with stops_allowed():
+                    early, environments = first.answer()
+                held = start_held_workers(early, environments[1:])
                 with stops_allowed():
                     s, environments, planned = first.answer()
                 if request.offline:  # as a process that planned itself
                     os.environ["HF_HUB_OFFLINE"] = "1"
                 study = _load_study(s)
             except BaseException:  # a stop, an error it answered, or this process failed
-                stop_workers([first.process], grace_s())
+                stop_workers([first.process, *held], grace_s())
                 raise
+            let_go(held)
             desc = f"trials ({s.workers} worker{'s' if s.workers > 1 else ''})"
             shown = (
                 None if request.quiet else (lambda running: watch(study, planned, s.workers, running, desc))
             )
-            codes = run_workers(s, study, environments, watch=shown, started=[first.process])
+            started = [first.process, *held]
+            codes = run_workers(s, study, environments, watch=shown, started=started)
     except KeyboardInterrupt as stop:
         if study is not None:  # the study was planned: what ended, what is left
             print(interrupted_note(study, planned, _what_became_of(stop)), file=sys.stderr)
@@ -111,11 +124,11 @@ def _run_supervised(request: Request) -> tuple[Setup, Any, int]:
     return s, study, planned
 
 
-def _plan(request: Request) -> tuple[Setup, Any]:
+def _plan(request: Request, on_workers: Callable[[Setup], None] | None = None) -> tuple[Setup, Any]:
     """Plan the study (or resume or grow it), then open its MLflow parent run, before any trial."""
     from suite.study.planning import plan_study
 
-    s, study = plan_study(request)
+    s, study = plan_study(request, on_workers)
     if (tracking := trackers(s, s.name)) is not None:
         tracking.open_study()
     return s, study
@@ -137,10 +150,13 @@ def _plan_then_work(request: Request) -> int:
 
     started_in = dict(os.environ)
     stop_with_parent()
-    s, study = _plan(request)
-    environments = [worker_environment(i, s.trainer) for i in range(s.workers)]
-    hand_back((dataclasses.replace(s, prepared=None), environments, planned_count(s)))
-    if any(started_in.get(name) != value for name, value in environments[0].items()):
+
+    def environments(s: Setup) -> list[dict[str, str]]:
+        return [worker_environment(i, s.trainer) for i in range(s.workers)]
+
+    s, study = _plan(request, on_workers=lambda early: tell((early, environments(early))))
+    hand_back((dataclasses.replace(s, prepared=None), environments(s), planned_count(s)))
+    if any(started_in.get(name) != value for name, value in environments(s)[0].items()):
         offline = {"HF_HUB_OFFLINE": "1"} if request.offline else {}
         restart_as_worker(s, {**started_in, **offline, **environments[0]})
     return work_joined(study, dataclasses.replace(s, request=worker_request(s), workers=1))
@@ -157,11 +173,26 @@ def _what_became_of(stop: KeyboardInterrupt) -> str:
     )
 
 
-def worker(request: Request) -> int:
-    """`suite worker`: join a study from another process or machine and run trials until done."""
+def worker(request: Request, wait_for_plan: bool = False) -> int:
+    """`suite worker`: join a study from another process or machine and run trials until done;
+    `wait_for_plan`: one `run` started while its first worker plans (`wait_for_go`)."""
     stop_with_parent()  # first: whatever stop handling this process inherited, a stop reaches it
+    if wait_for_plan and not wait_for_go():
+        return 0
     study, s = open_joined(request)
     return work_joined(study, s)
+
+
+def wait_for_go() -> bool:
+    """In a worker `run` started while its first worker plans: import what every worker imports,
+    then wait for one line on stdin. True: `let_go` (the study is planned); False: the end of input
+    (planning failed, or `run` is gone), and the worker ends without joining."""
+    import suite.study.planning  # noqa: F401 - torch, Optuna
+    import suite.study.preflight  # noqa: F401 - transformers, the heads
+    import suite.study.work  # noqa: F401 - Lightning, the trial
+
+    reach("held")
+    return sys.stdin.readline().strip() == GO
 
 
 def work_joined(study: Any, s: Setup) -> int:

@@ -1,5 +1,7 @@
 """A call run in a fresh Python process, its result (or its error) handed back; the call may hand
-its result back early (`hand_back`) and go on working in that process.
+its result back early (`hand_back`) and go on working in that process, and may answer something
+before its result (`tell`: `run`'s first worker says how many workers the study gets before it
+checks the inputs, so that `run` starts the others meanwhile).
 
 `suite run --workers N` uses it so that the process that only waits for its workers never holds
 what planning needs: torch, transformers and Lightning imported, the data read and tokenised,
@@ -32,18 +34,20 @@ class Child:
     """A call running in a child process (`start_child`)."""
 
     def __init__(self, process: subprocess.Popen, answers: int, name: str) -> None:
-        self.process, self._answers, self._name = process, answers, name
+        self.process, self._answers, self._name = process, os.fdopen(answers, "rb"), name
 
     def answer(self) -> Any:
-        """What the call handed back (its result, or its error raised here); waits for it."""
-        with os.fdopen(self._answers, "rb") as pipe:
-            try:  # one pickle, not to the pipe's end: a process the child forked may hold it open
-                ok, value = pickle.load(pipe)
-            except (EOFError, pickle.UnpicklingError):  # none, or cut short
-                raise RuntimeError(
-                    f"{self._name}: the child process exited with code {self.process.wait()} before answering"
-                ) from None
+        """The call's next answer (`tell`), else its last (its result, or its error raised here);
+        waits for it."""
+        try:  # one pickle, not to the pipe's end: a process the child forked may hold it open
+            ok, value = pickle.load(self._answers)
+        except (EOFError, pickle.UnpicklingError):  # none, or cut short
+            self._answers.close()
+            raise RuntimeError(
+                f"{self._name}: the child process exited with code {self.process.wait()} before answering"
+            ) from None
         if not ok:
+            self._answers.close()
             raise value
         return value
 
@@ -83,6 +87,12 @@ def start_child(
     return Child(process, read, f"{function.__module__}.{function.__qualname__}")
 
 
+def tell(value: Any) -> None:
+    """In a child: answer `value` now (the caller's next `answer()` returns it) and go on; the
+    call's last answer (`hand_back`, its result or its error) comes after it."""
+    _write_answer(pickle.dumps((True, value)), last=False)
+
+
 def hand_back(value: Any) -> None:
     """In a child: answer `value` now (the caller's `answer()` returns it) and go on. A value that
     does not pickle raises here: the child answers that error instead and does not go on."""
@@ -102,13 +112,15 @@ def _fail(err: BaseException) -> None:
     _write_answer(blob)
 
 
-def _write_answer(blob: bytes) -> None:
+def _write_answer(blob: bytes, last: bool = True) -> None:
     global _answer_fd
     if _answer_fd is None:
         raise RuntimeError("this process already answered (or is no child of `start_child`)")
+    fd = _answer_fd
+    if last:
+        _answer_fd = None
     try:
-        with os.fdopen(_answer_fd, "wb") as pipe:
-            _answer_fd = None
+        with os.fdopen(fd, "wb", closefd=last) as pipe:
             pipe.write(blob)
     except BrokenPipeError:  # the caller stopped listening (it was stopped): nothing to tell
         pass
@@ -149,5 +161,9 @@ def _serve(answers: int) -> int:
 
 if __name__ == "__main__":  # through the module's own name: `hand_back` reads its `_answer_fd`
     from suite.study import offload
+    from suite.study.memory import skip_exit_collection
 
-    raise SystemExit(offload._serve(int(sys.argv[1])))
+    try:
+        raise SystemExit(offload._serve(int(sys.argv[1])))
+    finally:
+        skip_exit_collection()

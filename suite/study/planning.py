@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import platform
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,15 +25,17 @@ from suite.study.setup import Setup, setup_study
 from suite.study.storage import public_url
 
 
-def plan_study(request: Request) -> tuple[Setup, optuna.Study]:
+def plan_study(
+    request: Request, on_workers: Callable[[Setup], None] | None = None
+) -> tuple[Setup, optuna.Study]:
     """Check every input, then open the request's study and queue its plan; nothing is written
-    before the checks pass (a refused study is one line, exit 2)."""
+    before the checks pass (a refused study is one line, exit 2). `on_workers`: `setup_study`'s."""
     from suite.study.lock import study_lock
     from suite.study.plan import enqueue_plan, note_repeated_runs
     from suite.study.preflight import check_writable, make_run_folder
     from suite.study.storage import open_storage
 
-    s = setup_study(request)  # a storage that cannot be reached is refused here (read only)
+    s = setup_study(request, on_workers)  # a storage that cannot be reached is refused here (read only)
     assert s.folder is not None  # a planned study always has a run folder
     check_writable(s.folder)
     make_run_folder(s.folder)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,9 +108,12 @@ class Setup:
     folder: Path | None = None  # the run folder (`run`, `plan`); a joining worker writes none
 
 
-def setup_study(request: Request) -> Setup:
+def setup_study(request: Request, on_workers: Callable[[Setup], None] | None = None) -> Setup:
     """`run` and `plan`: specs from files, then model, data and pre-flight of every planned trial;
-    the study's fingerprint, folder, storage URL and name. Reads only (and fills the feature cache)."""
+    the study's fingerprint, folder, storage URL and name. Reads only (and fills the feature cache).
+    `on_workers` hears the setup as soon as its workers and threads are known, before the data
+    and model checks (without the prepared task, fingerprint and stack): `run` starts its other
+    workers then."""
     task_path, task, sweep_path, sweep = load_specs(request)
     from suite.model.devices import resolve_trainer, resolve_workers, usable_cpus  # imports torch
     from suite.study.resume import with_stored_fields
@@ -137,6 +141,9 @@ def setup_study(request: Request) -> Setup:
         workers, why = max(1, left), f"--workers {workers}: {max(1, left)} ({left} trials left to run)"
     if ((capped or str(request.workers) == "auto") and not request.quiet) or "warning" in why:
         print(f"{why}; {threads} thread(s) each ({whose}; {cpus_why})", file=sys.stderr)
+    if on_workers is not None:
+        early = Setup(request, task, sweep, model, None, workers, threads, trainer, {}, {}, url, name, folder)
+        on_workers(early)
     prepared, fingerprint, stack = _checked(
         request, task, sweep, model, threads, trainer, task_path, sweep_path, new=study is None
     )

@@ -167,6 +167,34 @@ def run_workers(
             raise
 
 
+GO = "go"  # the line a held worker reads once the study is planned (`start_held_workers`)
+
+
+def start_held_workers(s: Setup, environments: list[dict[str, str]]) -> list[subprocess.Popen]:
+    """The workers `run` starts besides the first while the first still plans (`s`: its setup as
+    soon as the worker count is known), one per environment: each imports what a worker needs
+    (seconds of CPU, on the other cores) and waits (`suite worker --wait-for-go`) for `let_go` before it joins
+    the study. Only as many as `s.workers` says: none for a trial that is not there."""
+    if not environments:
+        return []
+    command = [*worker_command(s), "--wait-for-go"]
+    return [
+        subprocess.Popen(command, env=worker_env(own), stdin=subprocess.PIPE, start_new_session=True)
+        for own in environments
+    ]
+
+
+def let_go(workers: Sequence[subprocess.Popen]) -> None:
+    """The study is planned: each held worker joins it."""
+    for w in workers:
+        assert w.stdin is not None
+        try:
+            with w.stdin:
+                w.stdin.write(f"{GO}\n".encode())
+        except BrokenPipeError:  # it ended already: `run_workers` reads its exit code
+            pass
+
+
 def worker_env(own: dict[str, str]) -> dict[str, str]:
     """A local worker's environment: this process's, jemalloc where installed (`allocator_env`),
     its own (a device), and this process's pid (its death stops the worker: `stop_with_parent`).

@@ -230,29 +230,36 @@ def test_a_worker_that_does_not_stop_is_killed_after_the_grace_period_and_run_na
 def test_a_stop_while_the_first_worker_plans_ends_it_and_the_rerun_runs_every_trial_once(
     tiny_task: Path, tiny_models, tmp_path: Path, uninterrupted
 ) -> None:  # noqa: ANN001
-    """With several workers the first one plans: stopped while it writes the features (before any
-    trial is queued or started), `run` stops it, waits for it and exits 130. The planner here hangs
-    deaf to stops, so only `run`'s own kill after its grace period ends it (its parent's death
-    would send a SIGTERM it ignores): gone when `run` is. The rerun plans again and runs each
-    planned trial once, with the uninterrupted run's numbers."""
+    """With several workers the first one plans while the second, started once the count was
+    known, waits for the plan: stopped while the first writes the features (before any trial is
+    queued or started) and the second waits, `run` stops both, waits for them and exits 130. The
+    planner here hangs deaf to stops, so only `run`'s own kill after its grace period ends it (its
+    parent's death would send a SIGTERM it ignores): gone when `run` is. The rerun plans again and
+    runs each planned trial once, with the uninterrupted run's numbers."""
     trace, out, log = tmp_path / "trace", tmp_path / "out", tmp_path / "stderr"
     command = _command(tiny_task, tiny_models["bert"], out) + ["--workers", "2"]
     env = {**_env(tmp_path / "cache"), "SUITE_TRACE": str(trace), "SUITE_STALL_AT": "cache_write"}
     deaf = {**env, "SUITE_STALL_DEAF": "1", "SUITE_STOP_GRACE_S": "2"}
-    planner = None
+    planner = held = None
+
+    def reached() -> dict[str, int]:  # point -> the pid that reached it
+        return {line.split()[0]: int(line.split()[1]) for line in trace.read_text().splitlines()}
+
     with log.open("w") as err:  # a file, not a pipe the planner would hold open after `run` ends
         run = subprocess.Popen(command, env=deaf, stdout=subprocess.DEVNULL, stderr=err)
         try:
-            _wait_for(lambda: "cache_write" in (trace.read_text() if trace.exists() else ""), "planning", 600)
-            planner = int(trace.read_text().split()[1])
+            points = ("cache_write", "held")
+            _wait_for(lambda: trace.exists() and set(points) <= set(reached()), "planning", 600)
+            planner, held = (reached()[point] for point in points)
             run.send_signal(signal.SIGTERM)
             assert run.wait(timeout=600) == 130, log.read_text()[-2000:]
-            assert _gone(planner)  # `run` ended it and waited for it
+            assert _gone(planner) and _gone(held)  # `run` ended both and waited for them
         finally:
-            for pid in filter(None, [run.pid, planner]):
+            for pid in filter(None, [run.pid, planner, held]):
                 if not _gone(pid):
                     os.kill(pid, signal.SIGKILL)
-    assert planner != run.pid and not _started(trace)  # it planned in a worker, and no trial started
+    assert len({run.pid, planner, held}) == 3  # it planned in a worker, beside the one held
+    assert not _started(trace)  # no trial started
 
     rerun = _run(command, {**env, "SUITE_STALL_AT": ""})
     assert rerun.returncode == 0, rerun.stderr[-2000:]
