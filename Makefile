@@ -23,7 +23,7 @@ run: venv
 test: venv
 	$(BIN)/ruff check suite tests benchmarks analysis  # first: seconds, where the tests take minutes
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # docs/ -> build/docs/: a dead link or a page not in nav fails (not --quiet: it hides the warnings strict counts)
-	SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q -n auto --dist load --durations=15  # one test process per core (pytest-xdist), handed the next test as it frees: the long ones, collected first, spread over the cores; the 15 slowest tests, to keep the suite fast
+	SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q -n auto --dist load --durations=15  # one test process per core (pytest-xdist): each takes a first chunk of the collection, then the next tests as it frees (docs/contributing.md); the 15 slowest tests, to keep the suite fast
 
 # The aggregates against rliable itself (tests/test_aggregate.py): rliable 1.2.0 needs arch<8 and
 # pandas<3, so that one file runs on an overlay of them, leaving the suite's own pandas alone.

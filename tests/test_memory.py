@@ -93,10 +93,10 @@ def test_a_child_tells_before_its_last_answer_which_may_be_an_error() -> None:
     here = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": here}
     child = start_child(tell_then_end, 0, env=env)
-    assert child.answer() == child.process.pid and child.answer() == "planned"
+    assert child.answer(last=False) == child.process.pid and child.answer() == "planned"
     assert child.process.wait() == 0
     child = start_child(tell_then_end, 2, env=env)
-    assert child.answer() == child.process.pid
+    assert child.answer(last=False) == child.process.pid
     with pytest.raises(SpecError, match="found after telling"):
         child.answer()
     assert child.process.wait() == 1
@@ -260,12 +260,15 @@ def test_a_user_error_found_while_the_first_worker_plans_is_one_line_exit_2(
     second worker, started once the count was known, ended with it without joining."""
     from suite.commands import run
 
-    held: list[subprocess.Popen] = []
+    lists: list[list[subprocess.Popen]] = []  # the list `run` starts its held workers into
     start = run.start_held_workers
-    monkeypatch.setattr(run, "start_held_workers", lambda *a: held.extend(start(*a)) or held)
+    monkeypatch.setattr(
+        run, "start_held_workers", lambda s, envs, into: lists.append(into) or start(s, envs, into)
+    )
     run_tiny(tiny_task, tmp_path / "no-such-model", "--workers", "2", expect=2)
     err = capfd.readouterr().err
     assert err.count("error:") == 1 and "no-such-model" in err, err
+    [held] = lists
     assert len(held) == 1 and held[0].poll() is not None
     assert not list((tiny_task.parent.parent / "runs").glob("*/*/study.db"))
 

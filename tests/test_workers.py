@@ -346,3 +346,38 @@ def test_the_first_worker_runs_with_the_request_a_started_worker_parses(request_
     s = Setup(run, None, None, "m", None, 2, 3, trainer, {}, {}, "sqlite:///s.db", "rte|m|devlin|default")
     parsed = request_of(build_parser().parse_args(worker_command(s)[3:]))
     assert parsed == worker_request(s)
+
+
+def test_a_first_worker_pinned_to_another_device_tells_the_count_then_starts_afresh_pinned(
+    tiny_task: Path, tiny_models, monkeypatch: pytest.MonkeyPatch
+) -> None:  # noqa: ANN001
+    """On GPUs the first worker plans before its device is known: it tells `run` the worker count
+    and every worker's environment before its checks, hands back the plan, then starts afresh as a
+    worker pinned to its device (here a device `run` does not have: CUDA_VISIBLE_DEVICES=7)."""
+    from suite.commands import run
+    from suite.commands.cli import build_parser, request_of
+    from suite.model import devices
+
+    class Restarted(Exception):
+        pass
+
+    def restart(s, env):  # noqa: ANN001, ANN202 - `restart_as_worker` replaces the process
+        raise Restarted(s, env)
+
+    said: list[tuple[str, object]] = []
+    monkeypatch.setattr(
+        devices, "worker_environment", lambda i, trainer: {"CUDA_VISIBLE_DEVICES": str(7 - i)}
+    )
+    monkeypatch.setattr(run, "tell", lambda value: said.append(("tell", value)))
+    monkeypatch.setattr(run, "hand_back", lambda value: said.append(("hand_back", value)))
+    monkeypatch.setattr(run, "restart_as_worker", restart)
+    root = tiny_task.parent.parent
+    args = ["run", str(tiny_task), "--model", str(tiny_models["bert"]), "--out", str(root / "runs")]
+    args += ["--data-dir", str(root / "data"), "--workers", "2", "--threads", "1", "--quiet"]
+    with pytest.raises(Restarted) as restarted:
+        run._plan_then_work(request_of(build_parser().parse_args(args)))
+    (told, (early, envs)), (handed, (s, pinned, planned)) = said
+    assert (told, handed) == ("tell", "hand_back") and early.workers == s.workers == 2
+    assert envs == pinned == [{"CUDA_VISIBLE_DEVICES": "7"}, {"CUDA_VISIBLE_DEVICES": "6"}]
+    assert early.prepared is None and (early.url, early.name, early.threads) == (s.url, s.name, s.threads)
+    assert planned == 3 and restarted.value.args[1]["CUDA_VISIBLE_DEVICES"] == "7"

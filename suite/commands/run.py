@@ -94,17 +94,18 @@ def _run_supervised(request: Request) -> tuple[Setup, Any, int]:
     try:
         with stops_held():
             first = start_child(_plan_then_work, request, env=worker_env({}), new_session=True)
-            held: list[Any] = []
+            held: list[Any] = []  # the Popen of each worker started while the first plans
             try:
                 with stops_allowed():
-                    early, environments = first.answer()
-                held = start_held_workers(early, environments[1:])
+                    early, environments = first.answer(last=False)
+                start_held_workers(early, environments[1:], held)
                 with stops_allowed():
                     s, environments, planned = first.answer()
                 if request.offline:  # as a process that planned itself
                     os.environ["HF_HUB_OFFLINE"] = "1"
                 study = _load_study(s)
             except BaseException:  # a stop, an error it answered, or this process failed
+                let_go(held, go=False)  # their input ends: a worker waiting for the plan ends quietly
                 stop_workers([first.process, *held], grace_s())
                 raise
             let_go(held)
@@ -155,10 +156,11 @@ def _plan_then_work(request: Request) -> int:
         return [worker_environment(i, s.trainer) for i in range(s.workers)]
 
     s, study = _plan(request, on_workers=lambda early: tell((early, environments(early))))
-    hand_back((dataclasses.replace(s, prepared=None), environments(s), planned_count(s)))
-    if any(started_in.get(name) != value for name, value in environments(s)[0].items()):
+    pinned = environments(s)
+    hand_back((dataclasses.replace(s, prepared=None), pinned, planned_count(s)))
+    if any(started_in.get(name) != value for name, value in pinned[0].items()):
         offline = {"HF_HUB_OFFLINE": "1"} if request.offline else {}
-        restart_as_worker(s, {**started_in, **offline, **environments[0]})
+        restart_as_worker(s, {**started_in, **offline, **pinned[0]})
     return work_joined(study, dataclasses.replace(s, request=worker_request(s), workers=1))
 
 
@@ -186,7 +188,8 @@ def worker(request: Request, wait_for_plan: bool = False) -> int:
 def wait_for_go() -> bool:
     """In a worker `run` started while its first worker plans: import what every worker imports,
     then wait for one line on stdin. True: `let_go` (the study is planned); False: the end of input
-    (planning failed, or `run` is gone), and the worker ends without joining."""
+    (planning failed or was stopped, or `run` is gone), and the worker ends without joining. (A
+    stop while it imports ends it too: `run` passes each stop on.)"""
     import suite.study.planning  # noqa: F401 - torch, Optuna
     import suite.study.preflight  # noqa: F401 - transformers, the heads
     import suite.study.work  # noqa: F401 - Lightning, the trial

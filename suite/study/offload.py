@@ -36,9 +36,9 @@ class Child:
     def __init__(self, process: subprocess.Popen, answers: int, name: str) -> None:
         self.process, self._answers, self._name = process, os.fdopen(answers, "rb"), name
 
-    def answer(self) -> Any:
-        """The call's next answer (`tell`), else its last (its result, or its error raised here);
-        waits for it."""
+    def answer(self, last: bool = True) -> Any:
+        """The call's next answer: what it tells (`last=False`: `tell`), else its last (its result,
+        or its error raised here, whichever answer was awaited); waits for it."""
         try:  # one pickle, not to the pipe's end: a process the child forked may hold it open
             ok, value = pickle.load(self._answers)
         except (EOFError, pickle.UnpicklingError):  # none, or cut short
@@ -46,8 +46,9 @@ class Child:
             raise RuntimeError(
                 f"{self._name}: the child process exited with code {self.process.wait()} before answering"
             ) from None
-        if not ok:
+        if last or not ok:
             self._answers.close()
+        if not ok:
             raise value
         return value
 

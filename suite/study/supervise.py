@@ -154,8 +154,7 @@ def run_workers(
     with stops_held():  # a stop while starting them is raised once every worker is known
         try:
             for own in environments[len(started) :]:
-                command, env = worker_command(s), worker_env(own)
-                workers.append(subprocess.Popen(command, env=env, start_new_session=True))
+                workers.append(_start_worker(s, own))
             with stops_allowed():
                 if watch is not None:
                     watch(lambda: any(w.poll() is None for w in workers))
@@ -170,29 +169,33 @@ def run_workers(
 GO = "go"  # the line a held worker reads once the study is planned (`start_held_workers`)
 
 
-def start_held_workers(s: Setup, environments: list[dict[str, str]]) -> list[subprocess.Popen]:
+def start_held_workers(s: Setup, environments: list[dict[str, str]], started: list[subprocess.Popen]) -> None:
     """The workers `run` starts besides the first while the first still plans (`s`: its setup as
-    soon as the worker count is known), one per environment: each imports what a worker needs
-    (seconds of CPU, on the other cores) and waits (`suite worker --wait-for-go`) for `let_go` before it joins
-    the study. Only as many as `s.workers` says: none for a trial that is not there."""
-    if not environments:
-        return []
-    command = [*worker_command(s), "--wait-for-go"]
-    return [
-        subprocess.Popen(command, env=worker_env(own), stdin=subprocess.PIPE, start_new_session=True)
-        for own in environments
-    ]
+    soon as the worker count is known), one per environment, each into `started` as it starts (a
+    failed start leaves the others there to be stopped): each imports what a worker needs
+    (seconds of CPU, on the other cores), then waits (`suite worker --wait-for-go`) for `let_go`
+    before it joins the study. Only as many as `s.workers` says: none for a trial that is not there."""
+    for own in environments:
+        started.append(_start_worker(s, own, "--wait-for-go", stdin=subprocess.PIPE))
 
 
-def let_go(workers: Sequence[subprocess.Popen]) -> None:
-    """The study is planned: each held worker joins it."""
+def let_go(workers: Sequence[subprocess.Popen], go: bool = True) -> None:
+    """The study is planned (`go`): each held worker joins it; else their input just ends, and
+    each ends without joining."""
     for w in workers:
         assert w.stdin is not None
         try:
             with w.stdin:
-                w.stdin.write(f"{GO}\n".encode())
-        except BrokenPipeError:  # it ended already: `run_workers` reads its exit code
+                if go:
+                    w.stdin.write(f"{GO}\n".encode())
+        except BrokenPipeError:  # it ended already: its exit code tells
             pass
+
+
+def _start_worker(s: Setup, own: dict[str, str], *flags: str, **options: Any) -> subprocess.Popen:
+    """`worker_command(s)` (with `flags`) in a session of its own, in the environment `own` adds to."""
+    command = [*worker_command(s), *flags]
+    return subprocess.Popen(command, env=worker_env(own), start_new_session=True, **options)
 
 
 def worker_env(own: dict[str, str]) -> dict[str, str]:

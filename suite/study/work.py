@@ -32,10 +32,6 @@ from suite.training.trial import run_trial
 from suite.training.trial_plan import Seeds, TrialPlan
 
 MAX_ATTEMPTS = 2  # an errored trial is retried once with the same seeds
-# A worker with nothing queued looks again this often while other workers' trials run (for one put
-# back or gone stale): a study ends at most this long after its last trial (was 5 s). One look is
-# a lock and a read of the trials: milliseconds, even on a shared PostgreSQL.
-IDLE_POLL_S = 1.0
 
 
 REPEATED_ATTR = "repeated_setting"  # a TPE proposal of a setting the study holds: failed, never run
@@ -135,7 +131,7 @@ def work(
                     if not any(t.state == TrialState.RUNNING for t in trials):
                         return ran
                     with stops_allowed():
-                        time.sleep(min(heartbeat, IDLE_POLL_S))
+                        time.sleep(min(heartbeat, 5))
                     continue
                 with get_heartbeat_thread(trial._trial_id, study._storage):
                     try:
