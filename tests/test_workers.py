@@ -376,8 +376,8 @@ def test_a_first_worker_pinned_to_another_device_tells_the_count_then_starts_afr
     args += ["--data-dir", str(root / "data"), "--workers", "2", "--threads", "1", "--quiet"]
     with pytest.raises(Restarted) as restarted:
         run._plan_then_work(request_of(build_parser().parse_args(args)))
-    (told, (early, envs)), (handed, (s, pinned, planned)) = said
+    (told, (early, envs)), (handed, (s, planned)) = said
     assert (told, handed) == ("tell", "hand_back") and early.workers == s.workers == 2
-    assert envs == pinned == [{"CUDA_VISIBLE_DEVICES": "7"}, {"CUDA_VISIBLE_DEVICES": "6"}]
+    assert envs == [{"CUDA_VISIBLE_DEVICES": "7"}, {"CUDA_VISIBLE_DEVICES": "6"}]
     assert early.prepared is None and (early.url, early.name, early.threads) == (s.url, s.name, s.threads)
     assert planned == 3 and restarted.value.args[1]["CUDA_VISIBLE_DEVICES"] == "7"

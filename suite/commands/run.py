@@ -100,7 +100,7 @@ def _run_supervised(request: Request) -> tuple[Setup, Any, int]:
                     early, environments = first.answer(last=False)
                 start_held_workers(early, environments[1:], held)
                 with stops_allowed():
-                    s, environments, planned = first.answer()
+                    s, planned = first.answer()
                 if request.offline:  # as a process that planned itself
                     os.environ["HF_HUB_OFFLINE"] = "1"
                 study = _load_study(s)
@@ -113,8 +113,7 @@ def _run_supervised(request: Request) -> tuple[Setup, Any, int]:
             shown = (
                 None if request.quiet else (lambda running: watch(study, planned, s.workers, running, desc))
             )
-            started = [first.process, *held]
-            codes = run_workers(s, study, environments, watch=shown, started=started)
+            codes = run_workers(study, [first.process, *held], watch=shown)
     except KeyboardInterrupt as stop:
         if study is not None:  # the study was planned: what ended, what is left
             print(interrupted_note(study, planned, _what_became_of(stop)), file=sys.stderr)
@@ -152,15 +151,15 @@ def _plan_then_work(request: Request) -> int:
     started_in = dict(os.environ)
     stop_with_parent()
 
-    def environments(s: Setup) -> list[dict[str, str]]:
-        return [worker_environment(i, s.trainer) for i in range(s.workers)]
+    def tell_workers(early: Setup) -> None:  # the count and each worker's environment, before the checks
+        tell((early, [worker_environment(i, early.trainer) for i in range(early.workers)]))
 
-    s, study = _plan(request, on_workers=lambda early: tell((early, environments(early))))
-    pinned = environments(s)
-    hand_back((dataclasses.replace(s, prepared=None), pinned, planned_count(s)))
-    if any(started_in.get(name) != value for name, value in pinned[0].items()):
+    s, study = _plan(request, on_workers=tell_workers)
+    hand_back((dataclasses.replace(s, prepared=None), planned_count(s)))
+    own = worker_environment(0, s.trainer)
+    if any(started_in.get(name) != value for name, value in own.items()):
         offline = {"HF_HUB_OFFLINE": "1"} if request.offline else {}
-        restart_as_worker(s, {**started_in, **offline, **pinned[0]})
+        restart_as_worker(s, {**started_in, **offline, **own})
     return work_joined(study, dataclasses.replace(s, request=worker_request(s), workers=1))
 
 

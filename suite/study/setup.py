@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,27 +141,13 @@ def setup_study(request: Request, on_workers: Callable[[Setup], None] | None = N
         workers, why = max(1, left), f"--workers {workers}: {max(1, left)} ({left} trials left to run)"
     if ((capped or str(request.workers) == "auto") and not request.quiet) or "warning" in why:
         print(f"{why}; {threads} thread(s) each ({whose}; {cpus_why})", file=sys.stderr)
+    early = Setup(request, task, sweep, model, None, workers, threads, trainer, {}, {}, url, name, folder)
     if on_workers is not None:
-        early = Setup(request, task, sweep, model, None, workers, threads, trainer, {}, {}, url, name, folder)
         on_workers(early)
     prepared, fingerprint, stack = _checked(
         request, task, sweep, model, threads, trainer, task_path, sweep_path, new=study is None
     )
-    return Setup(
-        request,
-        task,
-        sweep,
-        model,
-        prepared,
-        workers,
-        threads,
-        trainer,
-        fingerprint,
-        stack,
-        url,
-        name,
-        folder,
-    )
+    return replace(early, prepared=prepared, fingerprint=fingerprint, stack=stack)
 
 
 def stored_threads(study: Any) -> int | None:

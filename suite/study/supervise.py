@@ -139,28 +139,23 @@ class Stopped(KeyboardInterrupt):
 
 
 def run_workers(
-    s: Setup,
     study: Any,
-    environments: list[dict[str, str]],
+    workers: Sequence[subprocess.Popen],
     watch: Callable[[Callable[[], bool]], None] | None = None,
-    started: Sequence[subprocess.Popen] = (),
 ) -> list[int]:
-    """N local worker processes on the shared storage, each with its share of the CPU threads (or,
-    on GPUs, its own device: `environments`, one per worker); `started` are the first of them,
-    already running; `watch(running)` shows progress while `running()`. Returns their exit codes
-    (the study's state, not these, decides the run's). A stop passes on to every worker; once each
-    has put its trial back (or the grace period passed), `Stopped` is raised."""
-    workers = list(started)
-    with stops_held():  # a stop while starting them is raised once every worker is known
+    """Waits for `run`'s local worker processes on the shared storage (the first, which planned,
+    and those `start_held_workers` started); `watch(running)` shows progress while `running()`.
+    Returns their exit codes (the study's state, not these, decides the run's). A stop passes on
+    to every worker; once each has put its trial back (or the grace period passed), `Stopped` is
+    raised."""
+    with stops_held():
         try:
-            for own in environments[len(started) :]:
-                workers.append(_start_worker(s, own))
             with stops_allowed():
                 if watch is not None:
                     watch(lambda: any(w.poll() is None for w in workers))
                 return [w.wait() for w in workers]
         except BaseException as err:  # a stop, or this process failed: no worker goes on without it
-            ended = stop_workers(workers, grace_s())
+            ended = stop_workers(list(workers), grace_s())
             if isinstance(err, KeyboardInterrupt):
                 raise Stopped(trials_held_by(study, ended), grace_s()) from err
             raise
@@ -175,8 +170,12 @@ def start_held_workers(s: Setup, environments: list[dict[str, str]], started: li
     failed start leaves the others there to be stopped): each imports what a worker needs
     (seconds of CPU, on the other cores), then waits (`suite worker --wait-for-go`) for `let_go`
     before it joins the study. Only as many as `s.workers` says: none for a trial that is not there."""
-    for own in environments:
-        started.append(_start_worker(s, own, "--wait-for-go", stdin=subprocess.PIPE))
+    for own in environments:  # the command is built per worker: none for no worker
+        command = [*worker_command(s), "--wait-for-go"]
+        process = subprocess.Popen(
+            command, env=worker_env(own), stdin=subprocess.PIPE, start_new_session=True
+        )
+        started.append(process)
 
 
 def let_go(workers: Sequence[subprocess.Popen], go: bool = True) -> None:
@@ -190,12 +189,6 @@ def let_go(workers: Sequence[subprocess.Popen], go: bool = True) -> None:
                     w.stdin.write(f"{GO}\n".encode())
         except BrokenPipeError:  # it ended already: its exit code tells
             pass
-
-
-def _start_worker(s: Setup, own: dict[str, str], *flags: str, **options: Any) -> subprocess.Popen:
-    """`worker_command(s)` (with `flags`) in a session of its own, in the environment `own` adds to."""
-    command = [*worker_command(s), *flags]
-    return subprocess.Popen(command, env=worker_env(own), start_new_session=True, **options)
 
 
 def worker_env(own: dict[str, str]) -> dict[str, str]:
