@@ -86,6 +86,7 @@ def hf_search(args: argparse.Namespace, dynamic: bool) -> list[dict[str, Any]]:
 
         def on_step_begin(self, targs, state, control, **kwargs):  # noqa: ANN001, ANN201
             trials[-1].setdefault("first_step", time.perf_counter())
+            trials[-1].setdefault("first_step_at", time.time())
 
         def on_evaluate(self, targs, state, control, metrics=None, **kwargs):  # noqa: ANN001, ANN201
             trials[-1]["scores"].append(metrics["eval_accuracy"])
@@ -138,6 +139,7 @@ def hf_search(args: argparse.Namespace, dynamic: bool) -> list[dict[str, Any]]:
             sampler=optuna.samplers.GridSampler(grid, seed=0),
         )
     ends = [t["start"] for t in trials[1:]] + [time.perf_counter()]
+    ended_at = time.time()  # the last trial's end (the search's), as the clock other processes read
     lengths = [len(f["input_ids"]) for f in train]
     results = []
     for trial, end in zip(trials, ends, strict=True):
@@ -149,6 +151,8 @@ def hf_search(args: argparse.Namespace, dynamic: bool) -> list[dict[str, Any]]:
                 "batch_size": batch,
                 "seconds": end - trial["start"],
                 "to_first_step": trial["first_step"] - trial["start"],
+                "first_step_at": trial["first_step_at"],
+                "ended_at": ended_at,
                 "after_training": end - trial["train_end"],
                 "scores": trial["scores"],
                 "train_real": sum(lengths) * args.epochs,
@@ -198,7 +202,8 @@ def lean_loop(args: argparse.Namespace) -> list[dict[str, Any]]:
             for indices in sampler:
                 inputs = to_device(pad([as_tensors[i] for i in indices]), args.device)
                 padded += inputs["input_ids"].numel()
-                first_step = first_step or time.perf_counter()
+                if first_step is None:
+                    first_step, first_step_at = time.perf_counter(), time.time()
                 with autocast(args.device):
                     loss = net(**inputs).loss
                 loss.backward()
@@ -214,6 +219,8 @@ def lean_loop(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "batch_size": batch,
                 "seconds": end - start,
                 "to_first_step": first_step - start,
+                "first_step_at": first_step_at,
+                "ended_at": time.time(),
                 "after_training": end - train_end,
                 "scores": scores,
                 "train_real": sum(lengths) * args.epochs,

@@ -1,7 +1,7 @@
 """One hyperparameter sweep run four ways in one invocation, with the figures that decide what a
 robustness study costs:
 
-    SUITE_DATA_DIR=../shared/data python benchmarks/sweep.py [--quick] [--workers-check] [--device cuda]
+    SUITE_DATA_DIR=../shared/data python benchmarks/sweep.py [--quick] [--workers-check] [--hog] [--device cuda]
 
 (a) the suite as a user runs it (`suite run TASK --sweep ...`; random batches computed as
 length-sorted pieces as the presets do, or `--suite-batches random|buckets`), (b) Hugging Face
@@ -14,21 +14,27 @@ Prints per way: s/trial over the whole sweep (process start to exit), real and p
 tokens, useful GFLOP/s (6 N T_train + 2 N T_eval, N the non-embedding parameters) and their share
 of the matmul peak measured in the same run on the same device (fp32 on the CPU, bf16 on a GPU:
 benchmarks/device.py), per-trial overhead (trial start to first step,
-and last evaluation to record written), peak RSS and its growth over the trials, the dev scores
-(a speed-up must not move them), and the speed ratios a/b, a/c, a/d. `--workers-check` adds the
-suite with 2 worker processes x 1 thread; `--replicas` adds benchmarks/replicas.py. Every way
-runs on `--device` (default: where the suite's trials run, so a GPU host benchmarks its GPU).
+and last evaluation to record written), per-sweep fixed cost (process start to the sweep's first
+training step, and the last trial's end to the process's exit), peak RSS and its growth over the
+trials, the dev scores (a speed-up must not move them), and the speed ratios a/b, a/c, a/d.
+`--workers-check` adds the suite with 2 worker processes x 1 thread and its ratio to the lean
+loop; `--hog` runs every way again beside a low-priority CPU hog (a nice-19 simulation per
+thread) and prints each way's slowdown and whether the suite's ratio to the lean loop holds;
+`--replicas` adds benchmarks/replicas.py. Every way runs on `--device` (default: where the
+suite's trials run, so a GPU host benchmarks its GPU).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -98,10 +104,11 @@ def suite_way(args: argparse.Namespace, folder: Path, workers: int) -> dict[str,
         "--accelerator",
         accelerator(args.device),
     ]
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
     subprocess.run(command, check=True, cwd=ROOT)
-    total = time.perf_counter() - start
+    total, exited_at = time.perf_counter() - start, time.time()
     records = [json.loads(line) for line in next(out.glob("*/*/trials.jsonl")).read_text().splitlines()]
+    clock = trial_clock(next(out.glob("*/*/study.db")))
     trials = [
         {
             "lr": r["hparams"]["lr"],
@@ -109,6 +116,8 @@ def suite_way(args: argparse.Namespace, folder: Path, workers: int) -> dict[str,
             "seconds": r["wall_time_s"],
             "to_first_step": r["overhead_s"]["to_first_step"],
             "after_training": r["overhead_s"]["after_training"],
+            "first_step_at": clock[r["trial_number"]][0] + r["overhead_s"]["to_first_step"],
+            "ended_at": clock[r["trial_number"]][1],
             "scores": [e["accuracy"] for e in r["epochs"]],
             "train_real": r["tokens"]["real"],
             "train_padded": r["tokens"]["padded"],
@@ -116,7 +125,29 @@ def suite_way(args: argparse.Namespace, folder: Path, workers: int) -> dict[str,
         }
         for r in records
     ]
-    return {"trials": trials, "total_s": total}
+    return {"trials": trials, "total_s": total, **study_fixed_cost(trials, started_at, exited_at)}
+
+
+def trial_clock(db: Path) -> dict[int, tuple[float, float]]:
+    """Each trial's (start, end) from the study's storage, as the clock other processes read: Optuna
+    stamps a trial when a worker takes it and when it is told (local time, as `time.time()`)."""
+    import sqlite3
+    from datetime import datetime
+
+    with sqlite3.connect(db) as storage:
+        rows = storage.execute("SELECT number, datetime_start, datetime_complete FROM trials").fetchall()
+    stamp = lambda text: datetime.fromisoformat(text).timestamp()  # noqa: E731
+    return {number: (stamp(start), stamp(end)) for number, start, end in rows if start and end}
+
+
+def study_fixed_cost(trials: list[dict[str, Any]], started_at: float, exited_at: float) -> dict[str, float]:
+    """What a way costs per sweep besides its trials: process start to the sweep's first training
+    step (interpreters, imports, planning, loading) and the last trial's end to the process's exit
+    (outputs, teardown, waiting workers)."""
+    return {
+        "to_first_step_s": min(t["first_step_at"] for t in trials) - started_at,
+        "after_last_s": exited_at - max(t["ended_at"] for t in trials),
+    }
 
 
 def baseline_way(args: argparse.Namespace, folder: Path, way: str) -> dict[str, Any]:
@@ -125,10 +156,51 @@ def baseline_way(args: argparse.Namespace, folder: Path, way: str) -> dict[str, 
     command += ["--size", str(args.size), "--epochs", str(args.epochs), "--device", args.device]
     command += ["--lr", *map(str, args.lr), "--batch-size", *map(str, args.batch_size)]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1"}
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
     subprocess.run(command, check=True, cwd=ROOT, env=env)
-    total = time.perf_counter() - start
-    return {**json.loads(out.read_text()), "total_s": total}
+    total, exited_at = time.perf_counter() - start, time.time()
+    result = json.loads(out.read_text())
+    return {**result, "total_s": total, **study_fixed_cost(result["trials"], started_at, exited_at)}
+
+
+def run_ways(args: argparse.Namespace, tmp: Path, suffix: str = "") -> dict[str, dict[str, Any]]:
+    """Every asked way once, one after the other, each result saved as it ends."""
+    ways: list[tuple[str, Any]] = []
+    if "suite" in args.ways:
+        ways.append(("(a) suite", lambda folder: suite_way(args, folder, workers=1)))
+    if args.workers_check:
+        ways.append(("(a2) suite --workers 2", lambda folder: suite_way(args, folder, workers=2)))
+    ways += [(WAYS[w], lambda folder, w=w: baseline_way(args, folder, w)) for w in WAYS if w in args.ways]
+    results = {}
+    for name, way in ways:
+        folder = Path(tempfile.mkdtemp(dir=tmp))
+        results[name + suffix] = save(tmp, name + suffix, way(folder))
+    return results
+
+
+# A simulation as a statistics job on the same machine runs it: single-threaded draws and sorts.
+HOG = (
+    "import numpy as np\n"
+    "rng = np.random.default_rng(0)\n"
+    "while True:\n"
+    "    np.sort(rng.standard_normal((64, 4096)), 1)\n"
+)
+HOGGED = " + hog"
+
+
+@contextlib.contextmanager
+def hogging(processes: int) -> Iterator[None]:
+    """A low-priority CPU hog beside what runs inside: one single-threaded simulation per core,
+    at nice 19 (what the scheduler gives it is what a shared machine takes from the sweep)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    command = ["nice", "-n", "19", sys.executable, "-c", HOG]
+    hogs = [subprocess.Popen(command, env=env) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 def save(folder: Path, name: str, result: dict[str, Any]) -> dict[str, Any]:
@@ -145,27 +217,36 @@ def saved(folder: Path) -> list[tuple[str, Path]]:
 
 def report(results: dict[str, dict[str, Any]], flop: float, peak: float) -> None:
     print(
-        f"\n{'way':38s} {'s/trial':>8s} {'real tok':>9s} {'padding':>8s} {'GFLOP/s':>8s} {'of peak':>8s}"
-        f" {'to 1st step':>11s} {'after':>6s} {'RSS MB':>7s} {'growth':>7s}"
+        f"\n{'':38s} {'':>8s} {'':>9s} {'':>8s} {'':>8s} {'':>8s} {'per trial':>18s} {'per sweep':>18s}\n"
+        f"{'way':38s} {'s/trial':>8s} {'real tok':>9s} {'padding':>8s} {'GFLOP/s':>8s} {'of peak':>8s}"
+        f" {'to 1st step':>11s} {'after':>6s} {'to 1st step':>11s} {'after':>6s}"
+        f" {'RSS MB':>7s} {'growth':>7s}"
     )
     for name, result in results.items():
         trials = result["trials"]
         later = trials[1:] or trials  # overhead after the first trial (which also warms caches)
-        per_trial = result["total_s"] / len(trials)
+        seconds = per_trial(result)
         real = np.mean([t["train_real"] for t in trials])
         padding = np.sum([t["train_padded"] for t in trials]) / np.sum([t["train_real"] for t in trials]) - 1
         rss = [t["peak_rss_mb"] for t in trials]
         growth = rss[-1] / rss[0] - 1
         print(
-            f"{name:38s} {per_trial:8.1f} {real:9.0f} {padding:8.1%} {flop / per_trial / 1e9:8.1f}"
-            f" {flop / per_trial / 1e9 / peak:8.1%} {np.mean([t['to_first_step'] for t in later]):11.2f}"
-            f" {np.mean([t['after_training'] for t in later]):6.2f} {rss[-1]:7.0f} {growth:7.1%}"
+            f"{name:38s} {seconds:8.1f} {real:9.0f} {padding:8.1%} {flop / seconds / 1e9:8.1f}"
+            f" {flop / seconds / 1e9 / peak:8.1%} {np.mean([t['to_first_step'] for t in later]):11.2f}"
+            f" {np.mean([t['after_training'] for t in later]):6.2f}"
+            f" {result.get('to_first_step_s', np.nan):11.1f} {result.get('after_last_s', np.nan):6.1f}"
+            f" {rss[-1]:7.0f} {growth:7.1%}"
         )
     print("\ndev accuracy after the last epoch, per (lr, batch) trial:")
     for name, result in results.items():
         scores = {(t["lr"], t["batch_size"]): t["scores"][-1] for t in result["trials"]}
         text = "  ".join(f"{lr:g}/{b}: {100 * s:.1f}" for (lr, b), s in sorted(scores.items()))
         print(f"  {name:38s} {text}   median {100 * np.median(list(scores.values())):.1f}")
+    for suffix in ("", HOGGED):  # the goal of --workers-check: (a2) at >= 1.0x the lean loop
+        two, lean = "(a2) suite --workers 2" + suffix, WAYS["lean"] + suffix
+        if two in results and lean in results:
+            print(f"\n{two} against the lean loop: {per_trial(results[lean]) / per_trial(results[two]):.3f}x")
+    report_hog(results)
     if "(a) suite" not in results:
         return
     suite = results["(a) suite"]["total_s"] / len(results["(a) suite"]["trials"])
@@ -179,6 +260,31 @@ def report(results: dict[str, dict[str, Any]], flop: float, peak: float) -> None
         print(
             f"  1 process x 2 threads vs 2 x 1: {two['total_s'] / results['(a) suite']['total_s']:.2f}x time"
         )
+
+
+def per_trial(result: dict[str, Any]) -> float:
+    """Seconds per trial over the whole sweep, process start to exit."""
+    return result["total_s"] / len(result["trials"])
+
+
+def report_hog(results: dict[str, dict[str, Any]]) -> None:
+    """Each way's slowdown beside the hog, and whether the suite's ratio to the lean loop holds."""
+    pairs = [(name, results[name], results[name + HOGGED]) for name in results if name + HOGGED in results]
+    if not pairs:
+        return
+    print("\nbeside a nice-19 CPU hog (one per thread), s/trial alone -> beside it:")
+    for name, alone, hogged in pairs:
+        slower = per_trial(hogged) / per_trial(alone)
+        print(f"  {name:38s} {per_trial(alone):7.1f} -> {per_trial(hogged):7.1f}  ({slower:.2f}x the time)")
+    lean = WAYS["lean"]
+    for name in ("(a) suite", "(a2) suite --workers 2"):
+        if all(k in results for k in (name, lean, name + HOGGED, lean + HOGGED)):
+            alone = per_trial(results[lean]) / per_trial(results[name])
+            hogged = per_trial(results[lean + HOGGED]) / per_trial(results[name + HOGGED])
+            print(
+                f"  {name} against the lean loop: {alone:.3f}x alone, {hogged:.3f}x beside the hog"
+                f" ({hogged / alone:.2f} of it; the goal: within 10%)"
+            )
 
 
 def main() -> None:
@@ -203,6 +309,9 @@ def main() -> None:
         " random as they are, or whole-set length buckets",
     )
     parser.add_argument("--workers-check", action="store_true", help="also the suite as 2 workers x 1 thread")
+    parser.add_argument(
+        "--hog", action="store_true", help="every way again beside a nice-19 CPU hog (one per thread)"
+    )
     parser.add_argument("--device", choices=DEVICES, default="auto", help="every way's (auto: the trials')")
     parser.add_argument("--replicas", action="store_true", help="also benchmarks/replicas.py")
     parser.add_argument(
@@ -224,14 +333,10 @@ def main() -> None:
     else:
         tmp = Path(tempfile.mkdtemp(prefix="suite-bench-"))  # kept: each way's raw results
         print(f"raw results in {tmp}")
-        if "suite" in args.ways:
-            results["(a) suite"] = save(tmp, "(a) suite", suite_way(args, tmp, workers=1))
-        if args.workers_check:
-            results["(a2) suite --workers 2"] = save(
-                tmp, "(a2) suite --workers 2", suite_way(args, tmp, workers=2)
-            )
-        for way in (w for w in WAYS if w in args.ways):
-            results[WAYS[way]] = save(tmp, WAYS[way], baseline_way(args, tmp, way))
+        results = run_ways(args, tmp)
+        if args.hog:
+            with hogging(args.threads):
+                results |= run_ways(args, tmp, HOGGED)
     peak = max(peak, matmul_peak(args.device, args.threads)[0])
     flop = useful_flop(args)
     print(
