@@ -162,14 +162,14 @@ except KeyboardInterrupt:
 MIDDLE = """
 import os, subprocess, sys, time
 env = {**os.environ, "SUITE_PARENT_PID": str(os.getpid())}
-child = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], env=env, start_new_session=True)
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]], env=env, process_group=0)
 print(child.pid, flush=True)
 time.sleep(120)
 """
 
 
 def test_a_worker_stops_when_the_run_that_started_it_dies_even_by_sigkill(tmp_path: Path) -> None:
-    """Workers run in their own session (Ctrl-C reaches `run` only), so nothing else would stop them
+    """Workers run in their own process group (Ctrl-C reaches `run` only), so nothing else would stop them
     when `run` is killed outright: the kernel sends them SIGTERM (they put their trial back)."""
     flag = tmp_path / "stopped"
     middle = subprocess.Popen(

@@ -147,7 +147,7 @@ def cpu_hog() -> Iterator[subprocess.Popen]:
 def test_ctrl_c_with_two_workers_puts_running_trials_back_and_a_rerun_resumes(
     tmp_path: Path, shared_data: Path, cpu_hog: subprocess.Popen
 ) -> None:
-    """Ctrl-C reaches `run` (its workers run in their own session): it passes the stop on, each
+    """Ctrl-C reaches `run` (its workers run in their own process group): it passes the stop on, each
     worker puts its running trial back in the queue, `run` says what ended and exits 130; the rerun
     runs each planned trial once, without waiting for a heartbeat to go stale. The stop lands as a
     trial ends, when a worker may be telling the study or taking its next trial: there a stop is

@@ -93,7 +93,7 @@ def _run_supervised(request: Request) -> tuple[Setup, Any, int]:
     study = None
     try:
         with stops_held():
-            first = start_child(_plan_then_work, request, env=worker_env({}), new_session=True)
+            first = start_child(_plan_then_work, request, env=worker_env({}), own_group=True)
             held: list[Any] = []  # the Popen of each worker started while the first plans
             try:
                 with stops_allowed():

@@ -54,10 +54,10 @@ class Child:
 
 
 def start_child(
-    function: Callable[..., Any], *args: Any, env: dict[str, str] | None = None, new_session: bool = False
+    function: Callable[..., Any], *args: Any, env: dict[str, str] | None = None, own_group: bool = False
 ) -> Child:
     """`function(*args)` starting in a child interpreter (a module-level function; picklable
-    arguments and result); `env` its environment, `new_session` its own session (no terminal
+    arguments and result); `env` its environment, `own_group` its own process group (no terminal
     signal reaches it)."""
     call = pickle.dumps((function, args))  # before any process starts: an unpicklable call starts none
     read, write = os.pipe()
@@ -67,7 +67,7 @@ def start_child(
             stdin=subprocess.PIPE,
             pass_fds=(write,),
             env=env,
-            start_new_session=new_session,
+            process_group=0 if own_group else None,
         )
     except BaseException:
         os.close(read)

@@ -6,8 +6,12 @@ stops (`stops_held`) while it takes a trial, tells the study an outcome or puts 
 lets them through (`stops_allowed`) while a trial trains or while it waits for others; a stop that
 came while held is raised where they are let through again, so none is lost.
 
-`run`'s workers run in their own session, so a terminal's Ctrl-C reaches `run` only: `run` passes
-each stop on as SIGTERM and waits, a bounded time, for every worker to put its running trial back.
+`run`'s workers run in their own process group, so a terminal's Ctrl-C reaches `run` only: `run`
+passes each stop on as SIGTERM and waits, a bounded time, for every worker to put its running
+trial back. Their group, not their own session: where the kernel groups each session's processes
+for the scheduler (Linux's autogroup, on by default), a session of its own would weigh each worker
+like everything else the user runs together: beside a nice-19 job started from the same terminal,
+two such workers got two thirds of a core each instead of all of it (benchmarks/RESULTS.md).
 A worker sets its own stop handling when it starts, whatever it inherited (a job started as
 `cmd &` from a script inherits SIGINT ignored), and asks the kernel for SIGTERM when `run` dies,
 however it dies (SIGKILL too), so no worker trains on without it.
@@ -92,7 +96,7 @@ def install_stops() -> None:
 
 @contextmanager
 def stops_as_interrupts() -> Iterator[None]:
-    """`run` itself: each stop stops the study (the workers in their own session hear none). A
+    """`run` itself: each stop stops the study (the workers in their own process group hear none). A
     stop the shell set to be ignored stays ignored: a background job's SIGINT, `nohup`'s SIGHUP.
     A stop received inside is forgotten when it ends (the process may run another study)."""
     global _stop
@@ -115,9 +119,13 @@ def stops_as_interrupts() -> Iterator[None]:
 
 def stop_with_parent() -> None:
     """In a worker: its own stops (`install_stops`), and, when `run` started it, SIGTERM from the
-    kernel when `run` dies, however it dies (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
+    kernel when `run` dies, however it dies (Linux's PR_SET_PDEATHSIG; elsewhere nothing). A
+    worker `run` started is a background process group of `run`'s terminal: it writes to it even
+    where `stty tostop` would stop such a group at its first line (SIGTTOU ignored)."""
     install_stops()
     parent = os.environ.get(PARENT_ENV)
+    if parent and hasattr(signal, "SIGTTOU"):
+        signal.signal(signal.SIGTTOU, signal.SIG_IGN)
     if not parent or not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -172,9 +180,7 @@ def start_held_workers(s: Setup, environments: list[dict[str, str]], started: li
     before it joins the study. Only as many as `s.workers` says: none for a trial that is not there."""
     for own in environments:  # the command is built per worker: none for no worker
         command = [*worker_command(s), "--wait-for-go"]
-        process = subprocess.Popen(
-            command, env=worker_env(own), stdin=subprocess.PIPE, start_new_session=True
-        )
+        process = subprocess.Popen(command, env=worker_env(own), stdin=subprocess.PIPE, process_group=0)
         started.append(process)
 
 
@@ -194,7 +200,7 @@ def let_go(workers: Sequence[subprocess.Popen], go: bool = True) -> None:
 def worker_env(own: dict[str, str]) -> dict[str, str]:
     """A local worker's environment: this process's, jemalloc where installed (`allocator_env`),
     its own (a device), and this process's pid (its death stops the worker: `stop_with_parent`).
-    Workers start in their own session."""
+    Workers start in their own process group (`run`'s session: the module's docstring says why)."""
     return {**os.environ, **allocator_env(), **own, PARENT_ENV: str(os.getpid())}
 
 

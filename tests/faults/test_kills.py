@@ -264,3 +264,40 @@ def test_a_stop_while_the_first_worker_plans_ends_it_and_the_rerun_runs_every_tr
     rerun = _run(command, {**env, "SUITE_STALL_AT": ""})
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     _check_complete(next(out.glob("*/*")), uninterrupted)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="autogroups and sessions as Linux has them")
+def test_the_workers_of_run_share_its_session_in_a_process_group_of_their_own(
+    tiny_task: Path, tiny_models, tmp_path: Path
+) -> None:  # noqa: ANN001
+    """`run` started as a shell starts a foreground job (a process group of its own); its two
+    workers (the first, which planned, and the one started while it planned) each hang in their
+    first trial. Each is in `run`'s session, where the scheduler weighs it as one of `run`'s
+    processes (a session of its own is weighed like a whole terminal of the user's: beside a
+    nice-19 job, two thirds of a core), and in a process group other than `run`'s, the one a
+    terminal's Ctrl-C reaches. That Ctrl-C (SIGINT to `run`'s group) stops the study: the workers
+    put their trials back and `run` exits 130."""
+    trace = tmp_path / "trace"
+    command = _command(tiny_task, tiny_models["bert"], tmp_path / "out") + ["--seeds", "4", "--workers", "2"]
+    env = {**_env(tmp_path / "cache"), "SUITE_TRACE": str(trace), "SUITE_STALL_AT": "trial:1"}
+    run = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, process_group=0
+    )
+    workers: list[int] = []
+    try:
+        _wait_for(lambda: len(_started(trace)) == 2, "both workers in their first trial", 600)
+        workers = list(_started(trace))
+        assert [os.getsid(pid) for pid in workers] == [os.getsid(run.pid)] * 2
+        assert run.pid not in [os.getpgid(pid) for pid in workers]
+        os.killpg(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=300)
+    finally:  # a failed check leaves no hung process behind
+        for pid in [run.pid, *workers]:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert run.returncode == 130, err[-2000:]
+    assert "interrupted: 0 of 4 planned trials ended, 4 left" in err, err[-2000:]
+    folder = next((tmp_path / "out").glob("*/*"))
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{folder / 'study.db'}")
+    states = Counter(t.state.name for t in study.get_trials())
+    assert states["RUNNING"] == 0 and states["WAITING"] == 4  # both put back, queued again
