@@ -187,3 +187,30 @@ def test_a_worker_stops_when_the_run_that_started_it_dies_even_by_sigkill(tmp_pa
     while not flag.exists() and time.time() < deadline:
         time.sleep(0.2)
     assert flag.exists() and flag.read_text() == "stopped"
+
+
+IDLE = """
+import sys
+from pathlib import Path
+from suite.study.supervise import idle_wait, stop_with_parent
+stop_with_parent()
+Path(sys.argv[1]).write_text("")
+sys.exit(0 if idle_wait(600) else 1)
+"""
+
+ENDING = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.05)"
+
+
+@pytest.mark.skipif(not hasattr(signal, "sigtimedwait"), reason="the early look needs sigtimedwait")
+def test_an_idle_worker_looks_again_as_soon_as_another_worker_of_run_ends(tmp_path: Path) -> None:
+    """A worker of `run` with no trial to take waits for its next look at the queue (here 600 s,
+    so a missed call fails the test); when another worker ends (here: once the idle one is
+    waiting), `run_workers` tells it to look at once, and it wakes because it was told (exit 0),
+    not because its wait ran out (exit 1)."""
+    from suite.study.supervise import PARENT_ENV, run_workers
+
+    armed = tmp_path / "armed"
+    env = {**os.environ, PARENT_ENV: str(os.getpid())}
+    idle = subprocess.Popen([sys.executable, "-c", IDLE, str(armed)], env=env, process_group=0)
+    ending = subprocess.Popen([sys.executable, "-c", ENDING, str(armed)])
+    assert run_workers(None, [ending, idle]) == [0, 0]

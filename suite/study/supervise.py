@@ -19,6 +19,7 @@ however it dies (SIGKILL too), so no worker trains on without it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -37,6 +38,9 @@ PARENT_ENV = "SUITE_PARENT_PID"  # in a worker `run` started: `run`'s pid (its d
 WORKER_ATTR = "worker"  # a running trial's system attribute: host:pid of the worker that took it
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_ENV = "SUITE_STOP_GRACE_S"  # how long `run` waits for stopped workers (default 60 s)
+# `run` to its other workers when one ends: look at the queue now. Ignored by default (a process
+# that never asked for it is untouched); run's workers block it so it waits for their next look.
+LOOK = getattr(signal, "SIGURG", None)
 
 _held = 0  # depth of `stops_held` regions in this process
 _stop: str | None = None  # the stop this process received, if any: it is never forgotten
@@ -126,6 +130,8 @@ def stop_with_parent() -> None:
     parent = os.environ.get(PARENT_ENV)
     if parent and hasattr(signal, "SIGTTOU"):
         signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    if parent and LOOK is not None:  # kept pending until `idle_wait` takes it
+        signal.pthread_sigmask(signal.SIG_BLOCK, {LOOK})
     if not parent or not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -146,21 +152,46 @@ class Stopped(KeyboardInterrupt):
         self.waiting, self.grace_s = waiting, grace_s
 
 
+def idle_wait(seconds: float) -> bool:
+    """A worker with no trial to take, while others run: until its next look at the queue, or
+    until `run` says one of its workers ended (`LOOK`; True): the study's last trial may have, and
+    an idle worker of a finished study then ends at once, not up to a look's interval later."""
+    if LOOK is None or not hasattr(signal, "sigtimedwait"):  # macOS: no sigtimedwait
+        time.sleep(seconds)
+        return False
+    return signal.sigtimedwait({LOOK}, seconds) is not None
+
+
 def run_workers(
     study: Any,
     workers: Sequence[subprocess.Popen],
     watch: Callable[[Callable[[], bool]], None] | None = None,
+    poll_s: float = 0.2,
 ) -> list[int]:
     """Waits for `run`'s local worker processes on the shared storage (the first, which planned,
     and those `start_held_workers` started); `watch(running)` shows progress while `running()`.
+    Each time one ends, the others look at the queue at once (`idle_wait`).
     Returns their exit codes (the study's state, not these, decides the run's). A stop passes on
     to every worker; once each has put its trial back (or the grace period passed), `Stopped` is
     raised."""
+    live = list(workers)
+
+    def running() -> bool:
+        ended = [w for w in live if w.poll() is not None]
+        for w in ended:
+            live.remove(w)
+        for w in live if ended and LOOK is not None else []:
+            with contextlib.suppress(ProcessLookupError):  # it ended since: nothing to wake
+                w.send_signal(LOOK)
+        return bool(live)
+
     with stops_held():
         try:
             with stops_allowed():
                 if watch is not None:
-                    watch(lambda: any(w.poll() is None for w in workers))
+                    watch(running)
+                while running():
+                    time.sleep(poll_s)
                 return [w.wait() for w in workers]
         except BaseException as err:  # a stop, or this process failed: no worker goes on without it
             ended = stop_workers(list(workers), grace_s())

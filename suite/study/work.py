@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import time
 from typing import Any
 
 import optuna
@@ -26,7 +25,7 @@ from suite.study.plan import held_keys, proposing_sampler, replicate_plans, retr
 from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
 from suite.study.records import outcome, run_key
 from suite.study.storage import HEARTBEAT_ENV
-from suite.study.supervise import WORKER_ATTR, stop_point, stops_allowed, stops_held
+from suite.study.supervise import WORKER_ATTR, idle_wait, stop_point, stops_allowed, stops_held
 from suite.study.trial_progress import TrialProgress
 from suite.training.trial import run_trial
 from suite.training.trial_plan import Seeds, TrialPlan
@@ -131,7 +130,7 @@ def work(
                     if not any(t.state == TrialState.RUNNING for t in trials):
                         return ran
                     with stops_allowed():
-                        time.sleep(min(heartbeat, 5))
+                        idle_wait(min(heartbeat, 5))
                     continue
                 with get_heartbeat_thread(trial._trial_id, study._storage):
                     try:
