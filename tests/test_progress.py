@@ -195,7 +195,7 @@ from pathlib import Path
 from suite.study.supervise import idle_wait, stop_with_parent
 stop_with_parent()
 Path(sys.argv[1]).write_text("")
-sys.exit(0 if idle_wait(600) else 1)
+sys.exit(0 if idle_wait(60) else 1)
 """
 
 ENDING = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.05)"
@@ -203,14 +203,16 @@ ENDING = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.slee
 
 @pytest.mark.skipif(not hasattr(signal, "sigtimedwait"), reason="the early look needs sigtimedwait")
 def test_an_idle_worker_looks_again_as_soon_as_another_worker_of_run_ends(tmp_path: Path) -> None:
-    """A worker of `run` with no trial to take waits for its next look at the queue (here 600 s,
-    so a missed call fails the test); when another worker ends (here: once the idle one is
-    waiting), `run_workers` tells it to look at once, and it wakes because it was told (exit 0),
-    not because its wait ran out (exit 1)."""
-    from suite.study.supervise import PARENT_ENV, run_workers
+    """A worker of `run` with no trial to take waits for its next look at the queue (here 60 s,
+    so a missed call fails the test); when another worker ends (here: once the idle one is about
+    to wait: the call stays pending until it does), `run_workers` tells it to look at once, and it
+    wakes because it was told (exit 0), not because its wait ran out (exit 1). A worker `run`
+    starts has the call blocked from its first instruction (`worker_signals`), in every thread."""
+    from suite.study.supervise import PARENT_ENV, run_workers, worker_signals
 
     armed = tmp_path / "armed"
     env = {**os.environ, PARENT_ENV: str(os.getpid())}
-    idle = subprocess.Popen([sys.executable, "-c", IDLE, str(armed)], env=env, process_group=0)
+    with worker_signals():  # as `run` starts its workers
+        idle = subprocess.Popen([sys.executable, "-c", IDLE, str(armed)], env=env, process_group=0)
     ending = subprocess.Popen([sys.executable, "-c", ENDING, str(armed)])
     assert run_workers(None, [ending, idle]) == [0, 0]

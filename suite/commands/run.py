@@ -29,6 +29,7 @@ from suite.study.supervise import (
     stops_held,
     worker_env,
     worker_request,
+    worker_signals,
 )
 from suite.study.worker import (
     PUT_BACK,
@@ -93,7 +94,8 @@ def _run_supervised(request: Request) -> tuple[Setup, Any, int]:
     study = None
     try:
         with stops_held():
-            first = start_child(_plan_then_work, request, env=worker_env({}), own_group=True)
+            with worker_signals():
+                first = start_child(_plan_then_work, request, env=worker_env({}), own_group=True)
             held: list[Any] = []  # the Popen of each worker started while the first plans
             try:
                 with stops_allowed():

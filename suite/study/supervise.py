@@ -10,8 +10,10 @@ came while held is raised where they are let through again, so none is lost.
 passes each stop on as SIGTERM and waits, a bounded time, for every worker to put its running
 trial back. Their group, not their own session: where the kernel groups each session's processes
 for the scheduler (Linux's autogroup, on by default), a session of its own would weigh each worker
-like everything else the user runs together: beside a nice-19 job started from the same terminal,
-two such workers got two thirds of a core each instead of all of it (benchmarks/RESULTS.md).
+like everything else the user runs together, and a nice-19 job started from the same terminal
+took a third of each worker's core (benchmarks/RESULTS.md, the process group section). In
+`run`'s session the workers are weighed as `run`, beside another session's jobs (another login,
+a tmux window) as one session, like any of the user's terminals: nice counts within a session.
 A worker sets its own stop handling when it starts, whatever it inherited (a job started as
 `cmd &` from a script inherits SIGINT ignored), and asks the kernel for SIGTERM when `run` dies,
 however it dies (SIGKILL too), so no worker trains on without it.
@@ -19,7 +21,6 @@ however it dies (SIGKILL too), so no worker trains on without it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -123,15 +124,9 @@ def stops_as_interrupts() -> Iterator[None]:
 
 def stop_with_parent() -> None:
     """In a worker: its own stops (`install_stops`), and, when `run` started it, SIGTERM from the
-    kernel when `run` dies, however it dies (Linux's PR_SET_PDEATHSIG; elsewhere nothing). A
-    worker `run` started is a background process group of `run`'s terminal: it writes to it even
-    where `stty tostop` would stop such a group at its first line (SIGTTOU ignored)."""
+    kernel when `run` dies, however it dies (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
     install_stops()
     parent = os.environ.get(PARENT_ENV)
-    if parent and hasattr(signal, "SIGTTOU"):
-        signal.signal(signal.SIGTTOU, signal.SIG_IGN)
-    if parent and LOOK is not None:  # kept pending until `idle_wait` takes it
-        signal.pthread_sigmask(signal.SIG_BLOCK, {LOOK})
     if not parent or not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -150,6 +145,27 @@ class Stopped(KeyboardInterrupt):
     def __init__(self, waiting: list[int], grace_s: float) -> None:
         super().__init__(f"stopped; trials waiting for their heartbeat: {waiting}")
         self.waiting, self.grace_s = waiting, grace_s
+
+
+@contextmanager
+def worker_signals() -> Iterator[None]:
+    """Around `run` starting a worker: what the worker has from its first instruction, before any
+    thread of its own exists (a signal mask and an ignored signal pass through fork and exec):
+    `LOOK` blocked, so it stays pending for `idle_wait` (a thread that had not blocked it would
+    take it and, ignored, lose it), and SIGTTOU ignored (a background group of `run`'s terminal
+    writing under `stty tostop`, even an import's warning, would be stopped there). `run` gets
+    both back as they were."""
+    look = LOOK is not None and hasattr(signal, "sigtimedwait")
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {LOOK}) if look else None
+    main = threading.current_thread() is threading.main_thread()  # only there may Python set one
+    ttou = signal.signal(signal.SIGTTOU, signal.SIG_IGN) if main and hasattr(signal, "SIGTTOU") else None
+    try:
+        yield
+    finally:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if ttou is not None:
+            signal.signal(signal.SIGTTOU, ttou)
 
 
 def idle_wait(seconds: float) -> bool:
@@ -181,8 +197,7 @@ def run_workers(
         for w in ended:
             live.remove(w)
         for w in live if ended and LOOK is not None else []:
-            with contextlib.suppress(ProcessLookupError):  # it ended since: nothing to wake
-                w.send_signal(LOOK)
+            w.send_signal(LOOK)  # one that ended since is not signalled (Popen checks)
         return bool(live)
 
     with stops_held():
@@ -211,7 +226,8 @@ def start_held_workers(s: Setup, environments: list[dict[str, str]], started: li
     before it joins the study. Only as many as `s.workers` says: none for a trial that is not there."""
     for own in environments:  # the command is built per worker: none for no worker
         command = [*worker_command(s), "--wait-for-go"]
-        process = subprocess.Popen(command, env=worker_env(own), stdin=subprocess.PIPE, process_group=0)
+        with worker_signals():
+            process = subprocess.Popen(command, env=worker_env(own), stdin=subprocess.PIPE, process_group=0)
         started.append(process)
 
 

@@ -46,17 +46,24 @@ def exit_status(study: Any) -> int:
     return 0
 
 
-def watch(study: Any, planned: int, workers: int, running: Any, desc: str, poll_s: float = 2.0) -> None:
+def watch(
+    study: Any, planned: int, workers: int, running: Any, desc: str, poll_s: float = 2.0, look_s: float = 0.2
+) -> None:
     """A progress bar until `running()` turns false: trials ended of planned, each running trial's
-    epoch, step and last dev score, and the time left from the measured time per step."""
+    epoch, step and last dev score, and the time left from the measured time per step; drawn
+    every `poll_s` (it reads the storage), `running()` asked every `look_s` (it is cheap, and
+    `run_workers` learns there that a worker ended)."""
     from tqdm.auto import tqdm
 
     from suite.study.progress import study_progress
 
     with tqdm(desc=desc, total=planned, unit="trial", bar_format=BAR_FORMAT) as bar:
+        drawn = None
         while running():
-            _show(bar, study_progress(study, planned, workers))
-            time.sleep(poll_s)
+            if drawn is None or time.monotonic() - drawn >= poll_s:
+                _show(bar, study_progress(study, planned, workers))
+                drawn = time.monotonic()
+            time.sleep(look_s)
         _show(bar, study_progress(study, planned, workers))
 
 
