@@ -40,8 +40,9 @@ WORKER_ATTR = "worker"  # a running trial's system attribute: host:pid of the wo
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_ENV = "SUITE_STOP_GRACE_S"  # how long `run` waits for stopped workers (default 60 s)
 # `run` to its other workers when one ends: look at the queue now. Ignored by default (a process
-# that never asked for it is untouched); run's workers block it so it waits for their next look.
-LOOK = getattr(signal, "SIGURG", None)
+# that never asked for it is untouched); `run` starts its workers with it blocked, so it waits for
+# their next look. None where a worker could not wait for it (macOS: no sigtimedwait).
+LOOK = signal.SIGURG if hasattr(signal, "SIGURG") and hasattr(signal, "sigtimedwait") else None
 
 _held = 0  # depth of `stops_held` regions in this process
 _stop: str | None = None  # the stop this process received, if any: it is never forgotten
@@ -155,8 +156,7 @@ def worker_signals() -> Iterator[None]:
     take it and, ignored, lose it), and SIGTTOU ignored (a background group of `run`'s terminal
     writing under `stty tostop`, even an import's warning, would be stopped there). `run` gets
     both back as they were."""
-    look = LOOK is not None and hasattr(signal, "sigtimedwait")
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {LOOK}) if look else None
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {LOOK}) if LOOK is not None else None
     main = threading.current_thread() is threading.main_thread()  # only there may Python set one
     ttou = signal.signal(signal.SIGTTOU, signal.SIG_IGN) if main and hasattr(signal, "SIGTTOU") else None
     try:
@@ -172,7 +172,7 @@ def idle_wait(seconds: float) -> bool:
     """A worker with no trial to take, while others run: until its next look at the queue, or
     until `run` says one of its workers ended (`LOOK`; True): the study's last trial may have, and
     an idle worker of a finished study then ends at once, not up to a look's interval later."""
-    if LOOK is None or not hasattr(signal, "sigtimedwait"):  # macOS: no sigtimedwait
+    if LOOK is None:
         time.sleep(seconds)
         return False
     return signal.sigtimedwait({LOOK}, seconds) is not None
@@ -196,8 +196,9 @@ def run_workers(
         ended = [w for w in live if w.poll() is not None]
         for w in ended:
             live.remove(w)
-        for w in live if ended and LOOK is not None else []:
-            w.send_signal(LOOK)  # one that ended since is not signalled (Popen checks)
+        if ended and LOOK is not None:
+            for w in live:
+                w.send_signal(LOOK)  # one that ended since is not signalled (Popen checks)
         return bool(live)
 
     with stops_held():
