@@ -197,7 +197,7 @@ def lean_loop(args: argparse.Namespace) -> list[dict[str, Any]]:
         sampler = BucketBatchSampler(lengths, batch, torch.Generator().manual_seed(seed))
         total = len(sampler) * args.epochs
         schedule = get_linear_schedule_with_warmup(optimizer, round(0.1 * total), total)
-        scores, first_step, padded = [], None, 0
+        scores, first_step, padded, eval_s = [], None, 0, []
         for _ in range(args.epochs):
             for indices in sampler:
                 inputs = to_device(pad([as_tensors[i] for i in indices]), args.device)
@@ -209,7 +209,9 @@ def lean_loop(args: argparse.Namespace) -> list[dict[str, Any]]:
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
                 optimizer.step(), schedule.step(), optimizer.zero_grad(set_to_none=True)
+            eval_start = time.perf_counter()
             scores.append(evaluate(net, dev_sorted, args.device))
+            eval_s.append(round(time.perf_counter() - eval_start, 3))
         train_end = time.perf_counter()
         del net, optimizer
         end = time.perf_counter()
@@ -223,6 +225,7 @@ def lean_loop(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "ended_at": time.time(),
                 "after_training": end - train_end,
                 "scores": scores,
+                "eval_s": eval_s,  # each epoch's evaluation, inside "seconds"
                 "train_real": sum(lengths) * args.epochs,
                 "train_padded": padded,
                 "peak_rss_mb": peak_rss_mb(),
