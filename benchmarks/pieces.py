@@ -3,17 +3,17 @@ suite's worker layout (one thread per process), in a bare training loop: where `
 remaining gap to the lean loop comes from.
 
     SUITE_DATA_DIR=../shared/data python -m benchmarks.pieces [--task tasks/rte.yaml] [--size 500] \
-        [--costs 16 32 64 128 256] [--repeats 2]
+        [--costs 16 32 64 128 256] [--repeats 2] [--ways buckets pieces:64]
 
 One epoch of the same examples (the suite's features, a seeded subsample) per way, the ways
 interleaved `--repeats` times in one process: whole-set length buckets (the lean loop's batches),
 random batches computed as length-sorted pieces at each piece cost (`suite.data.pieces`; 64 is the
 suite's), random batches whole, and random batches as pieces whose linear layers run as one call
 over every piece's tokens (`concat`: attention still per piece; BERT-layout encoders only), each
-a forward and backward per piece and one fused AdamW step per batch. Prints per way the median
-seconds per epoch, computed tokens over real ones, forward/backward calls, and the ratio to the
-buckets in the same run; then the cost of one more call, timed on the same tokens as one [16, 64]
-batch, 4 pieces and 16 pieces, padded and not.
+a forward and backward per piece and one fused AdamW step per batch (`--ways`: only those). Prints
+per way the median seconds per epoch, computed tokens over real ones, forward/backward calls, and
+its speed against the buckets in the same run; then the cost of one more call, timed on the same
+tokens as one [16, 64] batch, 4 pieces and 16 pieces, padded and not.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import argparse
 import copy
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -42,8 +41,12 @@ def concat_loss(net: Any, pieces: list[Batch], total: int) -> torch.Tensor:
     bert = net.bert
     width = bert.config.hidden_size
     shapes = [p["input_ids"].shape for p in pieces]
-    embed = lambda p: bert.embeddings(input_ids=p["input_ids"], token_type_ids=p["token_type_ids"])  # noqa: E731
-    x = torch.cat([embed(p).reshape(-1, width) for p in pieces])
+    x = torch.cat(
+        [
+            bert.embeddings(input_ids=p["input_ids"], token_type_ids=p["token_type_ids"]).reshape(-1, width)
+            for p in pieces
+        ]
+    )
     masks = [p["attention_mask"][:, None, None, :].bool() for p in pieces]
     for layer in bert.encoder.layer:
         attn = layer.attention.self
@@ -80,11 +83,11 @@ def epoch(net0: Any, data: list[Batch], lengths: list[int], way: str, batch: int
     else:
         shuffled = torch.randperm(len(data), generator=order).tolist()
         batches = [shuffled[i : i + batch] for i in range(0, len(shuffled), batch)]
+    kind, _, cost = way.partition(":")
     computed = calls = 0
     start = time.perf_counter()
     for indices in batches:
         whole = pad([data[i] for i in indices])
-        kind, _, cost = way.partition(":")
         pieces = split_batch(whole, int(cost)) if cost else [whole]
         computed += sum(p["input_ids"].numel() for p in pieces)
         if kind == "concat":
@@ -100,7 +103,9 @@ def epoch(net0: Any, data: list[Batch], lengths: list[int], way: str, batch: int
 
 
 def call_cost(net: Any, repeats: int = 6) -> None:
-    """One more forward/backward call, on the same 1,024 tokens cut 1, 4 and 16 ways."""
+    """One more forward/backward call, on the same 1,024 tokens cut 1, 4 and 16 ways, the model in
+    training mode (dropout on: attention takes the math path it takes in a training step)."""
+    net = copy.deepcopy(net).train()
 
     def batch(rows: int, padded: bool) -> Batch:
         ids = torch.randint(1000, 2000, (rows, 64))
@@ -143,6 +148,7 @@ def main() -> None:
     parser.add_argument("--costs", type=int, nargs="+", default=[16, 32, PIECE_COST_TOKENS, 128, 256])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="per process: the suite's workers run 1")
+    parser.add_argument("--ways", nargs="+", help="only these (default: all; e.g. buckets pieces:64)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForSequenceClassification
@@ -152,13 +158,15 @@ def main() -> None:
     lengths = [len(f["input_ids"]) for f in train]
     torch.manual_seed(0)
     net0 = AutoModelForSequenceClassification.from_pretrained(model_folder(args.task), num_labels=2)
-    ways = [
+    ways = args.ways or [
         "buckets",
         *(f"pieces:{c}" for c in args.costs),
         "whole",
         f"concat:{PIECE_COST_TOKENS}",
         "concat:4",
     ]
+    warm = 4 * args.batch_size
+    epoch(net0, data[:warm], lengths[:warm], "buckets", args.batch_size)  # warm-up, untimed
     seconds: dict[str, list[float]] = {w: [] for w in ways}
     shape: dict[str, tuple[int, int]] = {}
     for _ in range(args.repeats):
@@ -171,26 +179,21 @@ def main() -> None:
         f"{args.task}, {args.size} examples, batch {args.batch_size}, {args.threads} thread(s),"
         f" {args.repeats} epochs a way"
     )
-    report(seconds, shape, real, lambda w: statistics.median(seconds[w]))
+    report(seconds, shape, real)
     print("the cost of a call:")
     call_cost(net0)
 
 
-def report(
-    seconds: dict[str, list[float]],
-    shape: dict[str, tuple[int, int]],
-    real: int,
-    median: Callable[[str], float],
-) -> None:
+def report(seconds: dict[str, list[float]], shape: dict[str, tuple[int, int]], real: int) -> None:
+    """Each way's median seconds per epoch, its runs, padding, calls and speed against the buckets
+    (the buckets' time over the way's: below 1, slower)."""
+    median = {way: statistics.median(runs) for way, runs in seconds.items()}
     print(f"{'way':14s} {'s/epoch':>8s} {'runs':>16s} {'padding':>8s} {'calls':>6s} {'vs buckets':>11s}")
     for way, runs in seconds.items():
         computed, calls = shape[way]
         runs_text = " ".join(f"{s:.1f}" for s in runs)
-        ratio = median("buckets") / median(way)
-        print(
-            f"{way:14s} {median(way):8.2f} {runs_text:>16s} {computed / real - 1:8.1%} {calls:6d}"
-            f" {ratio:10.2f}x"
-        )
+        speed = f"{median['buckets'] / median[way]:10.2f}x" if "buckets" in median else f"{'-':>11s}"
+        print(f"{way:14s} {median[way]:8.2f} {runs_text:>16s} {computed / real - 1:8.1%} {calls:6d} {speed}")
 
 
 if __name__ == "__main__":
