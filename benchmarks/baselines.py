@@ -174,20 +174,31 @@ def hf_grouped_padding(lengths: list[int], batch: int, seed: int = 0) -> int:
     )
 
 
+def tensors(features: list[dict[str, Any]]) -> list[dict[str, torch.Tensor]]:
+    """Features (lists of ids, scalar labels) as tensors, for `pad`."""
+    return [{k: torch.tensor(v) for k, v in f.items()} for f in features]
+
+
+def pretrained_classifier(task_path: str) -> Any:
+    """The task's checkpoint with a two-way classification head drawn under seed 0: every loop
+    written here by hand starts from the same weights."""
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(0)
+    return AutoModelForSequenceClassification.from_pretrained(model_folder(task_path), num_labels=2)
+
+
 def lean_loop(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from transformers import AutoModelForSequenceClassification, get_linear_schedule_with_warmup
+    from transformers import get_linear_schedule_with_warmup
 
     from suite.data.buckets import BucketBatchSampler
     from suite.model.optim import parameter_groups
 
     _, train, dev = load_features(args.task, args.size)
-    as_tensors = [{k: torch.tensor(v) for k, v in f.items()} for f in train]
-    dev_sorted = sorted(
-        ({k: torch.tensor(v) for k, v in f.items()} for f in dev), key=lambda f: len(f["input_ids"])
-    )
+    as_tensors = tensors(train)
+    dev_sorted = sorted(tensors(dev), key=lambda f: len(f["input_ids"]))
     lengths = [len(f["input_ids"]) for f in train]
-    torch.manual_seed(0)
-    pretrained = AutoModelForSequenceClassification.from_pretrained(model_folder(args.task), num_labels=2)
+    pretrained = pretrained_classifier(args.task)
     pretrained.to(args.device)
     results = []
     for seed, (lr, batch) in enumerate(product(args.lr, args.batch_size)):

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from benchmarks.baselines import load_features, model_folder, pad
+from benchmarks.baselines import load_features, pad, pretrained_classifier, tensors
 from suite.data.buckets import BucketBatchSampler
 from suite.data.pieces import PIECE_COST_TOKENS, split_batch
 
@@ -151,13 +151,10 @@ def main() -> None:
     parser.add_argument("--ways", nargs="+", help="only these (default: all; e.g. buckets pieces:64)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from transformers import AutoModelForSequenceClassification
-
     _, train, _ = load_features(args.task, args.size)
-    data = [{k: torch.tensor(v) for k, v in f.items()} for f in train]
+    data = tensors(train)
     lengths = [len(f["input_ids"]) for f in train]
-    torch.manual_seed(0)
-    net0 = AutoModelForSequenceClassification.from_pretrained(model_folder(args.task), num_labels=2)
+    net0 = pretrained_classifier(args.task)
     ways = args.ways or [
         "buckets",
         *(f"pieces:{c}" for c in args.costs),
