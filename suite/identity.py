@@ -47,7 +47,8 @@ TRAINING_CODE_VERSION = 3
 # refuses that head's studies and leaves the others resumable.
 # auto 2: the family's head built alone under the init seed (no throwaway encoder: other initial values).
 HEAD_CODE_VERSIONS = {"auto": 2}
-GPU_CODE_VERSION = 2  # 2: the GPU path (see study_fingerprint)
+# 2: the GPU path (see study_fingerprint); 3: AdamW unfused under mixed precision (`adamw`).
+GPU_CODE_VERSION = 3
 
 
 def code_versions() -> str:
@@ -259,10 +260,12 @@ def study_fingerprint(
     trainer: dict[str, Any],
     stack: dict[str, Any] | None = None,
     heads: Iterable[str] = (),
+    adamw: str = "fused",
 ) -> dict[str, Any]:
     """Flat {field path: value} of the validated task and sweep (after profile and CLI
     overrides), the model identity, data file contents, thread count, Lightning options and the
-    software stack; `heads`: the classifiers its trials use (their own code versions)."""
+    software stack; `heads`: the classifiers its trials use (their own code versions); `adamw`:
+    how AdamW runs under the study's precision (`suite.model.optim.adamw_implementation`)."""
     versioned = {h: HEAD_CODE_VERSIONS[h] for h in sorted(set(heads)) if h in HEAD_CODE_VERSIONS}
     tree = {
         "code_version": TRAINING_CODE_VERSION,
@@ -281,6 +284,9 @@ def study_fingerprint(
         "data": data,
         "threads": threads,
         "trainer": trainer,
+        # Left out when fused, as every study stored before the field ran it: those still resume,
+        # and a mixed-precision one (whose trials all errored with fused AdamW) is refused.
+        **({"optimizer": {"adamw": adamw}} if adamw != "fused" else {}),
         # The GPU path's own version: CPU records stayed bit-identical when it changed (fp32 output
         # layers, whole batches, deferred loss reads), so CPU studies still resume; GPU ones do not.
         **({"gpu_code": GPU_CODE_VERSION} if trainer.get("accelerator") == "gpu" else {}),

@@ -266,13 +266,15 @@ class EncoderModule(L.LightningModule):
             self.encoder.eval()
         return self
 
-    def make_optimizer(self) -> torch.optim.Optimizer:
+    def make_optimizer(self, precision: str = "32-true") -> torch.optim.Optimizer:
+        """The trial's optimizer over this module, as it runs under Lightning's `precision`."""
         h = self.train_hparams
-        return make_optimizer(self, h.lr, h.weight_decay, h.bias_correction, lr_multipliers(self, h))
+        multipliers = lr_multipliers(self, h)
+        return make_optimizer(self, h.lr, h.weight_decay, h.bias_correction, multipliers, precision)
 
     def configure_optimizers(self) -> dict[str, Any]:
         h = self.train_hparams
-        optimizer = self.make_optimizer()
+        optimizer = self.make_optimizer(str(self.trainer.precision))
         total = int(self.trainer.estimated_stepping_batches)
         schedule = get_linear_schedule_with_warmup(optimizer, round(h.warmup_ratio * total), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -25,6 +25,7 @@ from suite.config.sweep import SweepSpec, seed_grid
 from suite.config.task import TaskSpec
 from suite.errors import SuiteError
 from suite.study.records import WHOLE_SET, final_records, outcome, repeated_runs, run_key
+from suite.study.repeated_errors import COUNT_FROM_ATTR
 from suite.study.storage import open_storage
 from suite.training.trial_plan import Seeds, TrialPlan  # plain dataclasses: no torch, no Lightning
 
@@ -163,9 +164,12 @@ def held_keys(trials: list[optuna.trial.FrozenTrial]) -> set[str]:
 
 def enqueue_plan(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> int:
     """Queue every planned trial the storage does not hold as a run, queued or running trial
-    (an errored trial is planned again: a rerun after a fix continues); returns how many."""
+    (an errored trial is planned again: a rerun after a fix continues, and the errors before it
+    stop nothing, `suite.study.repeated_errors`); returns how many."""
     trials = study.get_trials(deepcopy=False)
     held = held_keys(trials)
+    if any(t.state == TrialState.FAIL for t in trials):  # a rerun: earlier errors stop nothing now
+        study.set_user_attr(COUNT_FROM_ATTR, len(trials))
     if sweep.adaptive:  # TPE's settings exist only in the storage: re-queue their errored trials
         keyed = [t for t in trials if "key" in t.user_attrs]
         todo = {run_key(t.user_attrs["key"]): t for t in keyed if run_key(t.user_attrs["key"]) not in held}

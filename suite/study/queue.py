@@ -8,10 +8,12 @@ import os
 import random
 import socket
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 import optuna
 from optuna.storages import fail_stale_trials
+from optuna.trial import FrozenTrial
 
 from suite.study.lock import storage_url, study_lock
 
@@ -23,22 +25,34 @@ def queue_lock(study: optuna.Study) -> AbstractContextManager[None]:
     return study_lock(storage_url(study._storage), study.study_name)
 
 
-def pop_planned(study: optuna.Study) -> optuna.Trial | None:
+def pop_planned(
+    study: optuna.Study, skip: Callable[[FrozenTrial], bool] | None = None
+) -> optuna.Trial | None:
     """A queued trial, or None. Optuna's public `ask()` would create a new, unplanned trial when
-    the queue is empty (a duplicate run), so this pops the queue the way `ask()` does inside."""
+    the queue is empty (a duplicate run), so this pops the queue the way `ask()` does inside.
+    `skip`: queued trials not to take (what a repeated error stopped); they stay queued."""
+    if skip is not None:
+        waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        return _take([t._trial_id for t in waiting if not skip(t)], study)
     waiting = _first_waiting_ids(study)
     if waiting is None:
         trial_id = study._pop_waiting_trial_id()
         return None if trial_id is None else optuna.Trial(study, trial_id)
     # Workers that all tried the head of the queue would queue behind one row lock each pop.
     _POP_ORDER.shuffle(waiting)
-    for trial_id in waiting:
+    taken = _take(waiting, study)
+    return taken if taken is not None or not waiting else pop_planned(study)
+
+
+def _take(trial_ids: list[int], study: optuna.Study) -> optuna.Trial | None:
+    """The first of `trial_ids` this process sets running, or None when others took them all."""
+    for trial_id in trial_ids:
         try:  # atomic (SELECT ... FOR UPDATE): False when another worker took it first
             if study._storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.RUNNING):
                 return optuna.Trial(study, trial_id)
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
-    return pop_planned(study) if waiting else None
+    return None
 
 
 _POP_ORDER = random.Random()  # its own generator: never touches the seeded global RNGs

@@ -281,6 +281,7 @@ def fingerprint_of(
 ) -> dict[str, Any]:
     from suite.identity import study_fingerprint
     from suite.model.encoders import model_identity
+    from suite.model.optim import adamw_implementation
     from suite.study.preflight import data_hashes
 
     task = prepared.spec.model_dump(mode="json")
@@ -293,6 +294,7 @@ def fingerprint_of(
         trainer,
         stack,
         classifiers_used(prepared.spec, sweep),
+        adamw_implementation(trainer["precision"]),
     )
 
 

@@ -24,6 +24,7 @@ from suite.study.memory import release, reset_peak, trimming
 from suite.study.plan import held_keys, proposing_sampler, replicate_plans, retry_attrs, trial_attrs
 from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
 from suite.study.records import outcome, run_key
+from suite.study.repeated_errors import Stop, study_stops
 from suite.study.storage import HEARTBEAT_ENV
 from suite.study.supervise import WORKER_ATTR, idle_wait, stop_point, stops_allowed, stops_held
 from suite.study.trial_progress import TrialProgress
@@ -76,6 +77,13 @@ def proposals_made(trials: list[optuna.trial.FrozenTrial]) -> int:
     return settings_proposed(trials) + sum(REPEATED_ATTR in t.user_attrs for t in trials)
 
 
+def _stopped_by(stops: list[Stop]) -> Any:
+    """The queued trials a worker must not take: those a repeated error covers (None: none)."""
+    if not stops:
+        return None
+    return lambda trial: any(stop.covers(trial) for stop in stops)
+
+
 def _freeing_memory(loop: Any) -> Any:
     """Around a worker's loop: what the setup's checks left (the pre-flight's model copy and
     features) freed first, and free heap pages handed back every few seconds while it trains."""
@@ -120,9 +128,11 @@ def work(
                 stop_point()  # a stop held during the last outcome: take no new trial
                 with queue_lock(study):
                     fail_dead_trials(study)
-                    trial = pop_planned(study)
+                    stops = study_stops(study)  # what errors that repeat stopped: never started again
+                    trial = pop_planned(study, _stopped_by(stops))
                     trials = study.get_trials(deepcopy=False)
-                    if trial is None and sweep.adaptive and settings_proposed(trials) < sweep.budget:
+                    proposing = sweep.adaptive and not any(s.scope is None for s in stops)
+                    if trial is None and proposing and settings_proposed(trials) < sweep.budget:
                         trial = _propose(study, task.spec, sweep)
                     if trial is not None and stamp.get("worker"):  # `run` names it if this worker dies
                         study._storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, stamp["worker"])

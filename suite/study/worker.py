@@ -21,13 +21,28 @@ BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 
 
 def exit_status(study: Any) -> int:
-    """0 when every planned trial ended as a run; 1 (and why) when some did not."""
+    """0 when every planned trial ended as a run; 1 (and why) when some did not: one line for each
+    error that repeated and stopped trials (`suite.study.repeated_errors`), then a line per other
+    errored trial (at most 5) and the counts of what no stop explains."""
+    from optuna.trial import TrialState
+
     from suite.study.plan import finished_records, planned_keys
-    from suite.study.records import outcome
+    from suite.study.records import outcome, run_key
+    from suite.study.repeated_errors import error_signature, study_stops
 
     final = finished_records(study)
     errored = [r for r in final.values() if outcome(r) == "errored"]
     missing = sorted(planned_keys(study) - set(final))
+    stops = study_stops(study)
+    if stops:
+        waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        for stop in stops:  # planned trials it kept from starting (its errored ones are queued too)
+            unstarted = {run_key(t.user_attrs.get("key")) for t in waiting if stop.covers(t)} - set(final)
+            print(stop.line(len(unstarted)), file=sys.stderr)
+        stopped = {stop.signature for stop in stops}
+        errored = [r for r in errored if error_signature(str(r.get("reason"))) not in stopped]
+        held = {run_key(t.user_attrs.get("key")) for t in waiting if any(s.covers(t) for s in stops)}
+        missing = [k for k in missing if k not in held]
     for r in errored[:5]:
         print(
             f"errored trial {r.get('trial_number', '?')} (seeds {r.get('seeds')}): {r.get('reason')}",
@@ -42,8 +57,7 @@ def exit_status(study: Any) -> int:
             f"{len(errored)} errored, {len(missing)} unfinished: rerun the same command to retry them",
             file=sys.stderr,
         )
-        return 1
-    return 0
+    return 1 if stops or errored or missing else 0
 
 
 def watch(

@@ -43,10 +43,12 @@ from suite.heads.registry import PreparedTask
 from suite.model.adapters import parameter_counts
 from suite.model.devices import resolve_trainer
 from suite.model.encoders import load_encoder
+from suite.model.optim import optimizer_name
 from suite.training.trial import (
     _finish,
     add_eval_time,
     crash_reason,
+    crash_trace,
     evaluated_on,
     new_record,
     record_costs,
@@ -117,6 +119,7 @@ def run_replicates(
         for record in records:
             record.setdefault("outcome", "errored")
             record.setdefault("reason", crash_reason(err))
+            record.setdefault("trace", crash_trace(err))
     end = time.perf_counter()
     for record in records:
         _finish(task, record, None)
@@ -156,6 +159,7 @@ class _Group:
         self.modules: list[ClassificationModule] = []
         for plan, record in zip(plans, records, strict=True):
             record.update(n_train=len(train), n_dev=len(dev), trainer=options)
+            record["optimizer"] = optimizer_name(h.bias_correction, options["precision"])
             record["evaluated_on"] = evaluated_on(len(data.dev_indices()), self.positions)
             if task.eval_note is not None:
                 record["eval_set"] = task.eval_note()
@@ -189,7 +193,7 @@ class _Group:
         self.params, _ = stack_module_state(self.modules)  # buffers are equal: the skeleton's serve
         # The first module's own optimizer (its groups: decay, lr multipliers) with each parameter
         # swapped for its stack, before any step (no state yet); elementwise -> R optimizers.
-        self.optimizer = self.skeleton.make_optimizer()
+        self.optimizer = self.skeleton.make_optimizer(options["precision"])  # as run_trial's
         names = {id(p): n for n, p in self.skeleton.named_parameters()}
         for group in self.optimizer.param_groups:
             group["params"] = [self.params[names[id(p)]] for p in group["params"]]

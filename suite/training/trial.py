@@ -31,6 +31,7 @@ from suite.heads.registry import CURVE_SAMPLE_SEED, PreparedTask
 from suite.model.adapters import parameter_counts
 from suite.model.devices import resolve_trainer
 from suite.model.encoders import load_encoder
+from suite.model.optim import optimizer_name
 from suite.training.trial_plan import TrialPlan
 
 # Lightning sets its loggers to INFO on import; a study prints its own progress and summary.
@@ -69,7 +70,7 @@ def run_trial(
     except SuiteError:
         raise
     except Exception as err:  # a crash (OOM, a bug, a bad kernel) is an errored trial, not a run
-        record.update(outcome="errored", reason=crash_reason(err))
+        record.update(outcome="errored", reason=crash_reason(err), trace=crash_trace(err))
     _finish(task, record, module)
     end = time.perf_counter()
     record["wall_time_s"] = round(end - start, 3)
@@ -97,6 +98,12 @@ def crash_reason(err: Exception) -> str:
     frame = traceback.extract_tb(err.__traceback__)[-1]
     where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}"
     return f"error: {type(err).__name__}: {err} ({where})"
+
+
+def crash_trace(err: Exception, lines: int = 80) -> str:
+    """An errored trial's traceback, its last `lines` lines: the record keeps the whole story
+    while the run prints one line (suite.study.repeated_errors)."""
+    return "\n".join("".join(traceback.format_exception(err)).splitlines()[-lines:])
 
 
 def evaluated_on(n: int, positions: Any) -> dict[str, dict[str, Any]]:
@@ -171,6 +178,7 @@ def _fit(
     )
     record["module"] = module  # partial results survive a crash mid-training
     options = record["trainer"] = resolve_trainer(trainer_options)
+    record["optimizer"] = optimizer_name(plan.hparams.bias_correction, options["precision"])
     if plan.hparams.split_batches:  # decided by the device: the record says how batches were computed
         module.piece_cost = record["piece_cost"] = piece_cost(options["accelerator"])
     clock = StepClock(record)

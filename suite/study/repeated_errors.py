@@ -1,0 +1,119 @@
+"""An error that repeats stops the study: once `REPEATS` errored trials share a signature (the
+exception's type and message with numbers and paths taken out), no worker starts another trial
+of what that error covers, so a crash on every trial cannot burn a queue of 64 workers.
+
+What it covers (`Stop.scope`): the (size, searched values) pairs every trial it hit shares, when no
+trial that ended as a run shares them all (an out-of-memory at `batch_size=64` stops the settings
+at 64, not the others); else the whole study. Only errors since the study was last planned count
+(`COUNT_FROM_ATTR`): rerunning the same command after a fix gives every trial fresh attempts."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from suite.study.records import outcome
+
+REPEATS = 3  # errored trials sharing a signature that stop what it covers
+COUNT_FROM_ATTR = "errors_count_from"  # the study's first trial number whose error counts
+
+_LOCATION = re.compile(r"\s*\([\w.-]+\.py:\d+\)$")  # crash_reason's `(file.py:line)`
+_PATH = re.compile(r"(?:[A-Za-z]:)?[\w.~-]*(?:/[\w.@+~-]+)+/?")
+_NUMBER = re.compile(r"0x[0-9a-fA-F]+|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+# What to change, for errors whose cause is known (the first pattern found in the message).
+_HINTS = (
+    ("out of memory", "lower batch_size or max_length, or run fewer workers per GPU (--workers)"),
+    ("no kernel image", "install a torch built for this GPU (docs/gpu.md)"),
+    ("cuda error", "check the GPU with nvidia-smi; a failing card errors every trial"),
+)
+
+
+def error_signature(reason: str) -> str:
+    """`error: Type: message (file.py:line)` -> `Type: message`, with paths and numbers as `<path>`
+    and `#`: the same error at another step, address, allocation size or file is one error."""
+    text = _LOCATION.sub("", reason.removeprefix("error: ").strip())
+    text = _PATH.sub("<path>", text)
+    return _NUMBER.sub("#", text)[:300]
+
+
+def _factors(trial: FrozenTrial) -> dict[str, str]:
+    """The trial's size and searched values, as comparable strings."""
+    attrs = trial.user_attrs
+    values = {f"{k}": repr(v) for k, v in (attrs.get("setting") or {}).items()}
+    return {"size": repr(attrs.get("size")), **values}
+
+
+@dataclass(frozen=True)
+class Stop:
+    """One repeated error: its signature, how many trials it errored, an example of its full reason,
+    and what it stops (`scope`: factor -> value every trial it hit shares; None: the study)."""
+
+    signature: str
+    count: int
+    example: str
+    scope: dict[str, str] | None
+
+    def covers(self, trial: FrozenTrial | Any) -> bool:
+        """Whether a planned trial falls in what this error stops."""
+        if self.scope is None:
+            return True
+        factors = _factors(trial)
+        return all(factors.get(k) == v for k, v in self.scope.items())
+
+    def where(self) -> str:
+        if self.scope is None:
+            return "every trial"
+        return "trials at " + " ".join(f"{k}={v}" for k, v in self.scope.items())
+
+    def line(self, waiting: int = 0) -> str:
+        """The one line a run says for it: the error, what it stopped, what to change."""
+        hint = next((h for pattern, h in _HINTS if pattern in self.signature.lower()), "fix its cause")
+        held = f"; {waiting} planned trial{'s' if waiting != 1 else ''} not started" if waiting else ""
+        return (
+            f"stopped {self.where()}: {self.count} trials errored with the same error, "
+            f"{self.example}{held}. To go on: {hint}, then rerun the same command (every errored "
+            "and unstarted trial trains then; each errored record keeps its trace in trials.jsonl)"
+        )
+
+
+def repeated_errors(trials: list[FrozenTrial], count_from: int = 0, repeats: int = REPEATS) -> list[Stop]:
+    """The errors of `trials` (numbered `count_from` on) that `repeats` or more trials share."""
+    hits: dict[str, list[tuple[FrozenTrial, str]]] = defaultdict(list)
+    runs = []
+    for t in trials:
+        record = t.user_attrs.get("record")
+        if record is None or t.state not in (TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED):
+            continue
+        if outcome(record) != "errored":
+            runs.append(t)
+        elif t.number >= count_from and t.state == TrialState.FAIL:
+            hits[error_signature(str(record.get("reason", "")))].append((t, str(record.get("reason"))))
+    planned = [t for t in trials if "key" in t.user_attrs]
+    stops = []
+    for signature, hit in hits.items():
+        if len(hit) < repeats:
+            continue
+        scope = _scope([t for t, _ in hit], runs)
+        if scope is not None and all(Stop(signature, 0, "", scope).covers(t) for t in planned):
+            scope = None  # it covers every planned trial: say so
+        stops.append(Stop(signature, len(hit), hit[-1][1], scope))
+    return stops
+
+
+def _scope(hit: list[FrozenTrial], runs: list[FrozenTrial]) -> dict[str, str] | None:
+    """The factors every hit trial shares, if no run shares them all; else None (the study)."""
+    first, *rest = (_factors(t) for t in hit)
+    shared = {k: v for k, v in first.items() if all(f.get(k) == v for f in rest)}
+    if not shared or any(all(_factors(r).get(k) == v for k, v in shared.items()) for r in runs):
+        return None
+    return shared
+
+
+def study_stops(study: Any, trials: list[FrozenTrial] | None = None) -> list[Stop]:
+    """The repeated errors that stop (part of) a stored study now."""
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
+    return repeated_errors(trials, int(study.user_attrs.get(COUNT_FROM_ATTR, 0)))

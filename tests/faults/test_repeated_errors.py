@@ -1,0 +1,128 @@
+"""An error that repeats stops the study (suite/study/repeated_errors.py): once 3 errored trials
+share a signature, no trial of what it covers starts; the run says so in one line and exits 1; the
+same command after the fix trains every trial. An error confined to one setting stops that one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+from optuna.trial import TrialState, create_trial
+
+from suite.heads.classification import ClassificationModule
+from suite.study.records import load_run, outcome
+from suite.study.repeated_errors import REPEATS, error_signature, repeated_errors
+from tests.conftest import run_tiny
+
+
+def test_a_signature_drops_numbers_paths_and_the_location() -> None:
+    a = "error: RuntimeError: CUDA out of memory. Tried to allocate 2.50 GiB on /dev/nvidia0 (trial.py:88)"
+    b = "error: RuntimeError: CUDA out of memory. Tried to allocate 512 GiB on /dev/nvidia3 (amp.py:108)"
+    expected = "RuntimeError: CUDA out of memory. Tried to allocate # GiB on <path>"
+    assert error_signature(a) == error_signature(b) == expected
+    assert error_signature("error: ValueError: bad at step 3") != error_signature(
+        "error: KeyError: bad at step 3"
+    )
+
+
+def _trial(number: int, size: int, setting: dict, reason: str | None) -> optuna.trial.FrozenTrial:
+    """A stored trial: errored with `reason`, or a run (reason None)."""
+    record = {"outcome": "errored", "reason": reason} if reason else {"outcome": "succeeded", "score": 0.7}
+    state = TrialState.FAIL if reason else TrialState.COMPLETE
+    attrs = {"key": f"k{number}", "size": size, "setting": setting, "record": record}
+    trial = create_trial(state=state, value=None if reason else 0.7, user_attrs=attrs)
+    trial.number = number
+    return trial
+
+
+OOM = "error: RuntimeError: CUDA out of memory. Tried to allocate {} MiB (trial.py:1)"
+
+
+def test_an_error_of_one_setting_stops_that_setting_and_one_of_all_stops_the_study() -> None:
+    trials = [
+        _trial(i, 64, {"batch_size": 64, "lr": lr}, OOM.format(100 + i)) for i, lr in enumerate([1, 2, 3])
+    ]
+    trials += [_trial(3, 64, {"batch_size": 16, "lr": 1}, None)]
+    (stop,) = repeated_errors(trials)
+    assert stop.count == REPEATS and stop.scope == {"size": "64", "batch_size": "64"}
+    assert "batch_size=64" in stop.line() and "lower batch_size" in stop.line()
+    assert stop.covers(_trial(9, 64, {"batch_size": 64, "lr": 4}, None))
+    assert not stop.covers(_trial(9, 64, {"batch_size": 16, "lr": 4}, None))
+    assert repeated_errors(trials[:2]) == []  # two errors are not yet a repeat
+    assert repeated_errors(trials, count_from=1) == []  # errors before the last plan do not count
+    # A run of batch 64 exists: the error is not the setting's, so it stops everything.
+    everywhere = [*trials, _trial(4, 64, {"batch_size": 64, "lr": 9}, None)]
+    assert repeated_errors(everywhere)[0].scope is None
+
+
+REPEATS_IN_SWEEP = 6
+
+
+def _crash_everywhere(monkeypatch: pytest.MonkeyPatch, when: object = None) -> None:
+    """Every trial (or those `when(module)` picks) crashes in its first step, each with another
+    step number and address in its message: one signature."""
+    loss = ClassificationModule.loss
+
+    def crashing(self, batch):  # noqa: ANN001, ANN202
+        if when is None or when(self):
+            raise RuntimeError(f"illegal memory access at 0x{id(batch):x}, step {torch.initial_seed() % 97}")
+        return loss(self, batch)
+
+    monkeypatch.setattr(ClassificationModule, "loss", crashing)
+
+
+def _trained(trace: Path) -> list[str]:
+    return [line.split()[2] for line in trace.read_text().splitlines() if line.startswith("trial ")]
+
+
+def test_an_error_on_every_trial_stops_the_study_after_three_and_a_rerun_trains_all(
+    tiny_task: Path, tiny_models, monkeypatch, capsys, tmp_path: Path
+) -> None:  # noqa: ANN001
+    sweep = tiny_task.parent.parent / "sweeps" / "tiny.yaml"
+    sweep.write_text(sweep.read_text().replace("repeats: 3", f"repeats: {REPEATS_IN_SWEEP}"))
+    trace = tmp_path / "trace"
+    monkeypatch.setenv("SUITE_TRACE", str(trace))
+    _crash_everywhere(monkeypatch)
+    folder = run_tiny(tiny_task, tiny_models["bert"], expect=1)
+    out, err = capsys.readouterr()
+    assert len(_trained(trace)) == REPEATS  # no trial started once three shared the error
+    stopped = [line for line in err.splitlines() if line.startswith("stopped")]
+    assert len(stopped) == 1 and "every trial" in stopped[0] and "illegal memory access" in stopped[0]
+    assert "rerun the same command" in stopped[0]
+    assert "Traceback" not in out + err and "errored trial" not in err
+    records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
+    unstarted = REPEATS_IN_SWEEP - len({r["key"] for r in records})  # a retry may be among the three
+    assert f"{unstarted} planned trials not started" in stopped[0]
+    assert len(records) == REPEATS and all(outcome(r) == "errored" for r in records)
+    assert all("Traceback" in r["trace"] and "illegal memory access" in r["trace"] for r in records)
+
+    monkeypatch.undo()  # the fix; the same command trains every trial, the errored ones again
+    monkeypatch.setenv("SUITE_TRACE", str(trace))
+    trace.unlink()
+    run_tiny(tiny_task, tiny_models["bert"], expect=0)
+    _, final = load_run(folder)
+    assert len(final) == REPEATS_IN_SWEEP and all(outcome(r) != "errored" for r in final)
+    assert sorted(_trained(trace)) == sorted(r["key"] for r in final)  # each once
+
+
+def test_an_error_of_one_setting_stops_that_setting_only(
+    tiny_task: Path, tiny_models, monkeypatch, capsys
+) -> None:  # noqa: ANN001
+    sweep = tiny_task.parent.parent / "sweeps" / "tiny.yaml"
+    sweep.write_text(
+        "name: tiny\nhparams: {batch_size: 8, epochs: 1}\n"
+        "space: {lr: {type: categorical, choices: [1.0e-3, 2.0e-3]}}\nsampler: {type: grid}\n"
+        "seeds: {master: 0, repeats: 4}\n"
+    )
+    _crash_everywhere(monkeypatch, when=lambda module: module.train_hparams.lr == 2e-3)
+    folder = run_tiny(tiny_task, tiny_models["bert"], expect=1)
+    out, err = capsys.readouterr()
+    (stopped,) = [line for line in err.splitlines() if line.startswith("stopped")]
+    assert "lr=0.002" in stopped and "Traceback" not in out + err
+    records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
+    by_lr = {lr: [r for r in records if r["hparams"]["lr"] == lr] for lr in (1e-3, 2e-3)}
+    assert len(by_lr[1e-3]) == 4 and all(outcome(r) != "errored" for r in by_lr[1e-3])
+    assert len(by_lr[2e-3]) == REPEATS and all(outcome(r) == "errored" for r in by_lr[2e-3])
