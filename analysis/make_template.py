@@ -16,7 +16,7 @@ CELLS = [
     new_code_cell('RUN_DIR = "."', metadata={"tags": ["parameters"]}),
     new_code_cell(
         "import json\nfrom pathlib import Path\n\nimport pandas as pd\nfrom IPython.display import display\n\n"
-        "from suite.outputs import plots\nfrom suite.study.records import counts, load_run, runs, setting_key, setting_labels\n\n"
+        "from suite.outputs import plots\nfrom suite.outputs.unscored import no_score_lines\nfrom suite.study.records import counts, load_run, runs, setting_key, setting_labels\n\n"
         "pd.set_option('display.max_colwidth', None)  # reasons are read whole\n"
         "run = Path(RUN_DIR)\n"
         "board = json.loads((run / 'leaderboard.json').read_text())\n"
@@ -42,7 +42,9 @@ CELLS = [
         "                 'median 95% CI': ci(i['median']), 'IQR 95% CI': ci(i['iqr']), 'std 95% CI': ci(i['std']),\n"
         "                 'failure rate': f\"{s['failed']}/{s['runs']}\", 'failure 95% CI (seed units)': ci(i['failure_rate']),\n"
         "                 'intervals across': i['median']['unit']})\n"
-        "display(pd.DataFrame(rows).round(2))"
+        "display(pd.DataFrame(rows).round(2))\n"
+        "for line in no_score_lines(info['task']['name'], trials):  # its row has no median\n"
+        "    print(line)"
     ),
     new_markdown_cell(
         "**Two kinds of uncertainty.** Every interval above is *across seeds*: it resamples the seed "

@@ -302,6 +302,10 @@ def main(argv: list[str] | None = None, restartable: bool = False) -> int:
             doc = write_leaderboard([Path(r) for r in args.runs], Path(args.output), args.reference)
             print(f"{args.output}: {len(doc['entries'])} entries, schema v{doc['schema_version']}, valid")
             from suite.outputs.leaderboard import format_aggregates
+            from suite.outputs.unscored import entry_lines
+
+            for line in entry_lines(doc["entries"]):
+                print(line)
 
             print(
                 "\n".join(format_aggregates(doc.get("aggregates"))) or "one task: no aggregate across tasks"
@@ -326,7 +330,8 @@ def main(argv: list[str] | None = None, restartable: bool = False) -> int:
         elif args.command == "site":
             from suite.outputs.site import write_site
 
-            print(f"wrote {write_site([Path(p) for p in args.leaderboards], Path(args.output))}")
+            page, unscored = write_site([Path(p) for p in args.leaderboards], Path(args.output))
+            print(f"wrote {page}", *unscored, sep="\n")
     except SuiteError as err:
         return report(err)
     except KeyboardInterrupt:  # `run` and `worker` say what ended before they re-raise

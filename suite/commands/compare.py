@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
+from suite.outputs.unscored import no_score_lines
 from suite.stats.compare import (
     check_studies,
     class_count,
@@ -16,11 +17,11 @@ from suite.stats.compare import (
     format_comparison,
     format_matrix,
     format_recipe_table,
-    load_records,
     parse_setting,
     recipe_of,
     recipe_table,
 )
+from suite.study.records import load_run, runs, scored
 
 Records = list[dict[str, Any]]
 
@@ -34,11 +35,15 @@ def compare_runs(
     all_pairs: bool,
     plot: Path | None,
 ) -> None:
-    """Print the comparison the arguments ask for (see the module's docstring)."""
-    info_a, a = load_records(run_a)
+    """Print the comparison the arguments ask for (see the module's docstring); a study with no
+    score at all leaves nothing to compare, and says so."""
+    info_a, a = _study(run_a)
     metric = info_a.get("task", {}).get("metric", {}).get("main", "score")
     chosen = parse_setting(setting)
     classes = class_count(info_a)  # the task's classes decide F1 and Matthews
+    if not scored(a):
+        print(f"nothing to compare: no trial of {run_a} produced a score")
+        return
     if not runs_b:
         print(_recipes(run_a, info_a, a, size, chosen, reference, all_pairs, classes, metric))
         return
@@ -46,8 +51,11 @@ def compare_runs(
         raise SuiteError("--reference: names a recipe of one study; give one run folder")
     studies = [(str(run_a), a)]
     for run in runs_b:
-        info, records = load_records(run)
+        info, records = _study(run)
         check_studies(info_a, info)
+        if not scored(records):
+            print(f"nothing to compare: no trial of {run} produced a score")
+            return
         studies.append((str(run), records))
     if len(studies) > 2:
         print(format_matrix(compare_matrix(studies, size=size, setting=chosen, num_labels=classes)))
@@ -57,6 +65,14 @@ def compare_runs(
     print(format_comparison(result, labels, metric))
     if plot:
         _plot(result, a, studies[1][1], labels, metric, plot)
+
+
+def _study(run: Path) -> tuple[dict[str, Any], Records]:
+    """A run folder's (info, runs), after a line per (size, setting) of it that has no score."""
+    info, trials = load_run(run)
+    for line in no_score_lines(info.get("task", {}).get("name", "?"), trials):
+        print(f"{run}: {line}")
+    return info, runs(trials)
 
 
 def _recipes(

@@ -29,6 +29,7 @@ sns.set_theme(style="whitegrid", context="notebook")
 
 Result = plt.Figure | str  # a figure, or why there is none
 Records = Sequence[dict[str, Any]]
+FRAME_COLUMNS = ["score", "failed", "size", "setting", "lr", "batch_size", "epochs"]
 
 
 def show(fig: plt.Figure) -> None:
@@ -58,7 +59,7 @@ def frame(records: Records) -> pd.DataFrame:
     hyperparameters, and a label of the full setting (every hyperparameter that varies)."""
     records = runs(records)
     labels = setting_labels(records)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in records:
         h = r["hparams"]
         rows.append(
@@ -73,7 +74,7 @@ def frame(records: Records) -> pd.DataFrame:
                 **{f"{k}_seed": v for k, v in r["seeds"].items()},
             }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=None if rows else FRAME_COLUMNS)  # no run: still the columns
 
 
 def sizes(records: Records) -> list[Any]:
@@ -92,7 +93,7 @@ def by_entry(entries: Sequence[dict[str, Any]], records: Records) -> list[tuple[
     grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in runs(records):
         grouped[(str(r["size"]), setting_key(r["hparams"]))].append(r)
-    labels = setting_labels(records)
+    labels = setting_labels([{"hparams": e["setting"]} for e in entries])  # an entry without runs too
     return [
         (entry_label(e, labels), e, grouped[(str(e["size"]), setting_key(e["setting"]))]) for e in entries
     ]

@@ -41,7 +41,8 @@ def write_outputs(study: Any, folder: Path, task: TaskSpec) -> tuple[list[dict[s
 
 def export(run: Path, storage: str | None, study: str | None, every: bool, output: Path) -> int:
     """A run folder's study (or `every` study of its storage) to JSONL or CSV; returns the trials
-    written."""
+    written, and prints a line per (size, setting) of a study that has no score."""
+    from suite.outputs.unscored import no_score_lines
     from suite.study.plan import export_studies
     from suite.study.storage import storage_of, write_jsonl
 
@@ -51,7 +52,11 @@ def export(run: Path, storage: str | None, study: str | None, every: bool, outpu
         name = (
             json.loads((run / "run.json").read_text()).get("study") if (run / "run.json").is_file() else None
         )
-    records = [r for _, rs in export_studies(url, None if every else name) for r in rs]
+    studies = export_studies(url, None if every else name)
+    records = [r for _, rs in studies for r in rs]
+    for info, rs in studies:  # said here: the count the command prints does not say it
+        for line in no_score_lines(info.get("task", {}).get("name", "?"), rs):
+            print(line)
     if output.suffix == ".csv":
         import pandas as pd
 
@@ -64,15 +69,11 @@ def export(run: Path, storage: str | None, study: str | None, every: bool, outpu
 def summary_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (size, full setting): scored runs (`n`), median, IQR, min and max (when any run is
     scored), failed runs of all runs, and the trials that are not runs (errored, pruned)."""
+    from suite.outputs.unscored import by_unit
     from suite.stats.estimates import summarize
-    from suite.study.records import setting_key, setting_labels
 
-    labels = setting_labels(records)
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in records:
-        groups.setdefault((str(r["size"]), labels[setting_key(r["hparams"])]), []).append(r)
     rows = []
-    for (size, setting), group in groups.items():
+    for (size, setting), group in by_unit(records).items():
         s = summarize(group)
         a = s["all"]
         spread = {k: a.get(k) for k in ("median", "iqr", "min", "max")} if a.get("n") else {}
@@ -82,8 +83,10 @@ def summary_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) -> str:
-    """One row per (size, full setting): runs, median, IQR, min, max, failed runs; then the
-    trials that are not runs (errored, pruned) and why."""
+    """One row per (size, full setting): runs, median, IQR, min, max, failed runs; a plain line
+    per (size, setting) no trial of which produced a score; then the trials that are not runs
+    (errored, pruned) and why."""
+    from suite.outputs.unscored import no_score_lines
     from suite.study.records import outcome
 
     split = "dev" if task.eval_split == "validation" else task.eval_split
@@ -102,6 +105,7 @@ def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) 
             f"{row['size']:>8s} {row['setting']:28s} {row['n']:4d} {cells}  {row['failed']}/{row['runs']}"
             + (f"  ({apart}: not runs)" if apart else "")
         )
+    lines += no_score_lines(task.name, records)
     odd = [r for r in records if outcome(r) in ("failed", "errored")]
     for r in odd[:5]:
         lines.append(f"  {outcome(r)} trial {r.get('trial_number', '?')} (seeds {r['seeds']}): {r['reason']}")

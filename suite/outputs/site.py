@@ -89,7 +89,7 @@ def _row(entry: dict[str, Any], board: str, scale: tuple[float, float]) -> dict[
         "median_ci": _interval(intervals.get("median")),
         "iqr": None if stats.get("iqr") is None else 100 * stats["iqr"],
         "noise": _noise(entry),
-        "failure_rate": summary["failure_rate"],
+        "failure_rate": summary["failure_rate"] if summary["runs"] else None,  # no run: no rate, not 0%
         "failure_ci": _interval(intervals.get("failure_rate"), 1.0),
         "unit": (intervals.get("median") or {}).get("unit", ""),
         "reported": [_citation(r) for r in entry["reported"] if r["comparable"]],
@@ -254,8 +254,10 @@ def _check_folder(out: Path) -> None:
         raise SuiteError(f"-o {out}: {out / 'index.html'} is a folder, not the page")
 
 
-def write_site(paths: list[Path], out: Path) -> Path:
-    """Write `out/index.html` for the given leaderboards; returns its path."""
+def write_site(paths: list[Path], out: Path) -> tuple[Path, list[str]]:
+    """Write `out/index.html` for the given leaderboards; returns its path and a line per entry
+    no trial of which produced a score (its row shows no median)."""
+    from suite.outputs.unscored import entry_lines
     from suite.study.storage import write_atomic
 
     _check_folder(out)
@@ -268,4 +270,4 @@ def write_site(paths: list[Path], out: Path) -> Path:
         raise SuiteError(f"-o {out}: cannot make the folder ({err.strerror or err})") from None
     page = out / "index.html"
     write_atomic(page, render(rows, [p.name for p in paths], aggregates))
-    return page
+    return page, entry_lines([e for _, doc in documents for e in doc["entries"]])

@@ -30,7 +30,6 @@ from suite.stats.compare.studies import (
     compare_block,
     format_comparison,
     hodges_lehmann,
-    load_records,
 )
 
 __all__ = [
@@ -49,7 +48,6 @@ __all__ = [
     "format_matrix",
     "format_recipe_table",
     "hodges_lehmann",
-    "load_records",
     "looks",
     "multibootstrap",
     "next_look",

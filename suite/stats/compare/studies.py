@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,17 +29,9 @@ from suite.stats.decide import decidable as dc
 from suite.stats.decide import exact, failed, pair_up, paired_units, unpaired_units
 from suite.stats.design import exchangeable
 from suite.stats.estimates import intervals, spread, wilson
-from suite.study.records import TrialRecord, finite_scores, load_run, outcome, runs, score
+from suite.study.records import TrialRecord, finite_scores, outcome, score
 
 MATCHED_ON = "seeds, size and setting"
-
-
-def load_records(run_dir: Path) -> tuple[dict[str, Any], list[TrialRecord]]:
-    """The (info, runs) of a run folder's own study; errored and pruned trials are not runs."""
-    info, records = load_run(run_dir)
-    if not runs(records):
-        raise SuiteError(f"{run_dir}: the study holds no finished runs")
-    return info, runs(records)
 
 
 def class_count(info: dict[str, Any]) -> int | None:

@@ -184,6 +184,9 @@ def _scored(grid: np.ndarray) -> np.ndarray:
 def _design(lay: Layout) -> tuple[np.ndarray | None, Model | None, dict[str, dict[str, Any]]]:
     """The grid to analyse, its model, and the components this design cannot identify."""
     grid = _scored(lay.grid)
+    if grid.size == 0:  # every run diverged: no score to split (and no seed axis left to index)
+        names = ("init", "order", "interaction+residual") if lay.design == "crossed" else ("seed",)
+        return None, None, dict.fromkeys(("subsample", *names), _missing("no run has a score"))
     several = grid.shape[0] > 1
     one = "one subsample seed" + ("" if lay.grid.shape[0] == 1 else " with scored runs")
     missing = {} if several else {"subsample": _missing(one)}

@@ -278,10 +278,10 @@ def gap_to_reported(
     k = 1 if statistic in ("single", "test_server") else n_runs
     out: dict[str, Any] = {"statistic": statistic, "k": k, "n": int(x.size), "reported": reported}
     out["eval_sd"] = float(eval_sd)
+    out["percentile"] = out["p_two_sided"] = out["reference"] = None  # until a test gives them
     if x.size == 0:
         return {**out, "note": "no scored runs"}
     out["p_single_run_below"] = {str(d): float(np.mean(x < reported - d)) for d in (1, 3)}
-    out["percentile"] = out["p_two_sided"] = out["reference"] = None
     if statistic in ("median", "mean"):
         out["our_value"] = float(np.median(x) if statistic == "median" else np.mean(x))
     elif statistic in ("single", "test_server"):

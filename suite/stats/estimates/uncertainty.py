@@ -44,6 +44,7 @@ FLOOR_LEVELS = 5  # the median's interval is floored at the mean's t interval be
 TIED = "cannot bound: all {n} runs scored {value:.6g}; a run that differs could score anything"
 PINNED = "the median is {value:.6g}: at 95% over half of all runs score exactly that ({k} of {n} here)"
 FLAT = "cannot bound: no resample of the runs moves it (nearly all runs alike)"
+NO_SCORE = "no value: no run has a score"
 
 
 def widen(
@@ -66,7 +67,10 @@ def widen(
 
 def _quantiles(x: np.ndarray, q: Sequence[float]) -> list[np.ndarray]:
     """Linear-interpolation quantiles along the last axis ignoring NaN, vectorised (numpy's
-    nanpercentile loops over rows). NaN sorts last, so row r's finite values are its first n[r]."""
+    nanpercentile loops over rows). NaN sorts last, so row r's finite values are its first n[r].
+    Rows without a value (all NaN, or an empty last axis: a setting no trial scored) give NaN."""
+    if x.shape[-1] == 0:  # no position to take, not even a NaN's
+        return [np.full(x.shape[:-1], np.nan) for _ in q]
     xs = np.sort(x, axis=-1)
     n = np.isfinite(xs).sum(-1, keepdims=True)
     out = []
@@ -80,7 +84,10 @@ def _quantiles(x: np.ndarray, q: Sequence[float]) -> list[np.ndarray]:
 
 
 def reduce(x: np.ndarray, statistic: Statistic) -> np.ndarray:
-    """A statistic along the last axis, ignoring NaN; a callable gets each row's finite values."""
+    """A statistic along the last axis, ignoring NaN; a callable gets each row's finite values.
+    NaN where a row has no value (the max and min of an empty axis would raise)."""
+    if x.shape[-1] == 0:
+        return np.full(x.shape[:-1], np.nan)
     if callable(statistic):
         return np.array([statistic(row[np.isfinite(row)]) for row in x.reshape(-1, x.shape[-1])])
     if statistic in ("median", "iqr"):
@@ -195,7 +202,8 @@ def intervals(
     units) unless failures are excluded. Median and mean: `calibrated_ci`; std: basic, log scale;
     IQR: log scale; both widened for few seeds. Where the runs cannot bound a statistic ci95 is
     None and `method` starts "cannot bound"; where they all tie, each statistic also gets `tied`
-    (the share of runs at that value they do bound). Zero width only for a `pinned` median.
+    (the share of runs at that value they do bound). Zero width only for a `pinned` median. No
+    score at all (every trial errored or diverged): estimate and ci95 None, `method` NO_SCORE.
 
     Measured coverage at nominal 95% (2000 simulated studies each, Monte-Carlo SE 0.5%; normal,
     lognormal(0, 0.5), beta(8, 1.5), and 25% / 40% of runs, or of init seeds on a grid,
@@ -235,6 +243,8 @@ def intervals(
             how = PINNED.format(value=estimate, k=int((x == estimate).sum()), n=x.size)
         elif ci is None and x.size >= 2:
             how = FLAT if spread else TIED.format(n=x.size, value=x[0])
+        elif x.size == 0:
+            how = NO_SCORE
         out[name] = {"estimate": estimate, "ci95": ci, "unit": unit, "method": how, "widening": factor}
         if x.size >= 2 and not spread:
             out[name]["tied"] = tied(x, n)
