@@ -40,7 +40,11 @@ from tests.conftest import REPO
 # (suite.model.embedding_grad): the same additions in the same order, every gradient bit-identical for
 # every architecture (tests/test_embedding_grad.py); NER default trials kept every score, loss curve
 # and per-sentence outcome (benchmarks/headline.py).
-PINS = {"3+auto2": "5e3db787d7d92013"}
+# Re-pinned for AdamW unfused under mixed precision only (suite.model.optim.adamw_implementation; the
+# fingerprint holds it, GPU_CODE_VERSION 3) and the errored record's trace: at 32-true the optimizer is
+# the fused one as before, and RTE smoke records of the same seeds kept every score, loss curve and
+# per-example outcome.
+PINS = {"3+auto2": "3ab98c9c38344ae8"}
 
 
 def test_the_training_code_matches_its_version_pin() -> None:

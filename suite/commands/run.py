@@ -219,4 +219,7 @@ def export(run: Path, storage: str | None, study: str | None, every: bool, outpu
     """`suite export`: a run folder's study (or `every` study of its storage) to JSONL or CSV."""
     from suite.outputs.run_folder import export as export_records
 
-    print(f"{output}: {export_records(run, storage, study, every, output)} trials")
+    count, unscored = export_records(run, storage, study, every, output)
+    for line in unscored:  # the count does not say that some settings have no score
+        print(line)
+    print(f"{output}: {count} trials")

@@ -39,9 +39,11 @@ def write_outputs(study: Any, folder: Path, task: TaskSpec) -> tuple[list[dict[s
     return records, "\n".join(lines)
 
 
-def export(run: Path, storage: str | None, study: str | None, every: bool, output: Path) -> int:
+def export(
+    run: Path, storage: str | None, study: str | None, every: bool, output: Path
+) -> tuple[int, list[str]]:
     """A run folder's study (or `every` study of its storage) to JSONL or CSV; returns the trials
-    written, and prints a line per (size, setting) of a study that has no score."""
+    written and a line per (size, setting) of a study that has no score."""
     from suite.outputs.unscored import no_score_lines
     from suite.study.plan import export_studies
     from suite.study.storage import storage_of, write_jsonl
@@ -54,16 +56,16 @@ def export(run: Path, storage: str | None, study: str | None, every: bool, outpu
         )
     studies = export_studies(url, None if every else name)
     records = [r for _, rs in studies for r in rs]
-    for info, rs in studies:  # said here: the count the command prints does not say it
-        for line in no_score_lines(info.get("task", {}).get("name", "?"), rs):
-            print(line)
+    unscored = [
+        line for info, rs in studies for line in no_score_lines(info.get("task", {}).get("name", "?"), rs)
+    ]
     if output.suffix == ".csv":
         import pandas as pd
 
         pd.json_normalize(records).drop(columns=["loss_curve"], errors="ignore").to_csv(output, index=False)
     else:
         write_jsonl(output, records)
-    return len(records)
+    return len(records), unscored
 
 
 def summary_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -101,9 +101,12 @@ def crash_reason(err: Exception) -> str:
 
 
 def crash_trace(err: Exception, lines: int = 80) -> str:
-    """An errored trial's traceback, its last `lines` lines: the record keeps the whole story
-    while the run prints one line (suite.study.repeated_errors)."""
-    return "\n".join("".join(traceback.format_exception(err)).splitlines()[-lines:])
+    """An errored trial's traceback, its header and last `lines` lines (a trace through Lightning
+    runs to hundreds): the record keeps the story while the run prints one line."""
+    kept = "".join(traceback.format_exception(err)).splitlines()
+    if len(kept) > lines + 1:
+        kept = [kept[0], f"  ... ({len(kept) - lines - 1} lines)", *kept[-lines:]]
+    return "\n".join(kept)
 
 
 def evaluated_on(n: int, positions: Any) -> dict[str, dict[str, Any]]:
