@@ -321,6 +321,33 @@ def test_capacity_counts_the_stored_studys_ended_trials_and_measured_peak(
     _, url, name = study_address(request, task, sweep)
     study = stored_study(url, name)
     assert study is not None
-    capacity = _capacity(task, sweep, study)
+    cpu = {"accelerator": "cpu", "devices": 1, "precision": "32-true"}
+    capacity = _capacity(task, sweep, study, cpu, str(tiny_models["bert"]))
+    assert capacity.gpu_free_mb is None and capacity.gpu_peak_mb is None  # a CPU study: no GPU asked
     assert capacity.ended == planned_trials(task, sweep) > 0 and capacity.trials == 0
     assert capacity.peak_mb is not None and capacity.peak_mb > 50  # a worker's recorded ru_maxrss
+
+
+def test_workers_auto_on_a_gpu_fill_its_memory_at_the_measured_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """80 GB free at a 9 GB peak fits 7 workers a card (85% of it); a 1 GB peak would fit more than
+    the 8 a card takes; no peak measured: one a card; --workers-per-gpu overrides the memory."""
+    from suite.model.devices import MAX_WORKERS_PER_GPU, Capacity, resolve_workers
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    gpu = {"accelerator": "gpu", "devices": 1, "precision": "bf16-mixed"}
+    big = Capacity(trials=100, gpu_free_mb=80 * 1024, gpu_peak_mb=9 * 1024, gpu_peak_why="recorded peak")
+    count, why = resolve_workers("auto", gpu, cpus=64, capacity=big, per_gpu=None)
+    assert count == 2 * 7 and "x 7 per GPU (80.0 GB free / 9.00 GB recorded peak" in why
+    small = Capacity(trials=100, gpu_free_mb=80 * 1024, gpu_peak_mb=1024)
+    assert resolve_workers("auto", gpu, cpus=64, capacity=small, per_gpu=None)[0] == 2 * MAX_WORKERS_PER_GPU
+    count, why = resolve_workers("auto", gpu, cpus=64, capacity=Capacity(trials=100), per_gpu=None)
+    assert count == 2 and "no GPU memory peak measured" in why
+    assert resolve_workers("auto", gpu, cpus=64, capacity=big, per_gpu=3)[0] == 6
+    assert resolve_workers("auto", gpu, cpus=4, capacity=big, per_gpu=None)[0] == 4  # each needs a CPU
+    assert (
+        resolve_workers(
+            "auto", gpu, cpus=64, capacity=Capacity(trials=5, gpu_free_mb=8e4, gpu_peak_mb=9e3), per_gpu=None
+        )[0]
+        == 5
+    )

@@ -35,10 +35,11 @@ def _add_run_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument(
         "--workers-per-gpu",
         type=int,
-        default=1,
+        default=None,
         metavar="K",
-        help="with --workers auto on GPUs: K workers share each visible device (a small model leaves "
-        "a GPU mostly idle with one)",
+        help="with --workers auto on GPUs: K workers share each visible device (default: as many as "
+        "its free memory holds at a worker's measured peak, at most 8; a small model leaves a GPU "
+        "mostly idle with one)",
     )
     _add_set_arg(p)
     _add_common_args(p)
@@ -358,7 +359,7 @@ def request_of(args: argparse.Namespace) -> Request:
         storage=args.storage,
         study=args.study,
         workers=str(getattr(args, "workers", "1")),
-        workers_per_gpu=getattr(args, "workers_per_gpu", 1),
+        workers_per_gpu=getattr(args, "workers_per_gpu", None),
         threads=getattr(args, "threads", None),
         trainer=trainer,
         offline=args.offline,

@@ -36,9 +36,8 @@ def plan(request: Request) -> int:
     print(describe_plan(s, plans))
     line, refusal, held = storage_report(s, {p.key for p in plans})
     print(line)
-    accelerator = s.trainer.get("accelerator", "cpu")
-    if accelerator != "cpu":
-        print(f"estimate: none (the calibration runs on the CPU; trials run on --accelerator {accelerator})")
+    if s.trainer.get("accelerator") == "gpu" and not torch.cuda.is_available():
+        print("estimate: none (the trials run on a GPU, and this machine has none)")
     else:
         torch.set_num_threads(s.threads)
         print(estimate(s, plans, held))
@@ -185,45 +184,69 @@ def _duration(seconds: float) -> str:
 
 def calibrate(s: Setup, trial: TrialPlan, tick: Any = None) -> tuple[float, float]:
     """(seconds per training step, seconds per dev batch) of the real model and head on the
-    trial's own batches: forward, backward, clipping and the optimizer step, as a trial does.
-    Nothing is kept: the module is a fresh copy and is thrown away. `tick()` after each step."""
+    trial's own batches, on the trials' device at their precision: forward, backward, clipping and
+    the optimizer step, as a trial does. Nothing is kept: the module is a fresh copy and is thrown
+    away. `tick()` after each step."""
     tick = tick or (lambda: None)
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+
     from suite.data.module import FeatureDataModule
+    from suite.data.pieces import piece_cost
     from suite.model.encoders import load_encoder
-    from suite.model.optim import make_optimizer
 
     task, h = s.prepared, trial.hparams
+    device = torch.device("cuda" if s.trainer["accelerator"] == "gpu" else "cpu")
     train_idx = task.data.train_indices(trial.size, trial.seeds.subsample)
     train = task.data.features("train", train_idx)
     dev = task.data.features("dev", task.data.dev_indices())
     torch.manual_seed(trial.seeds.init)
-    module = task.build_module(load_encoder(s.model), h)
+    module = task.build_module(load_encoder(s.model), h).to(device)
+    module.piece_cost = piece_cost(s.trainer["accelerator"])  # as the trial sets it
     loader = FeatureDataModule(
         train, dev, h.batch_size, trial.seeds.order, task.collate, group_by_length=h.group_by_length
     ).train_dataloader()
-    optimizer = make_optimizer(module, h.lr, h.weight_decay, h.bias_correction, module.lr_multipliers())
+    optimizer = module.make_optimizer(s.trainer["precision"])
     batches = _cycle(loader, TIMED_STEPS + 1)
     module.train()
     times = []
     for batch in batches:
-        start = time.perf_counter()
-        loss = module.batch_loss(batch)  # as training computes it (split into pieces or not)
+        start = _now(device)
+        work = move_data_to_device(module.step_work(batch), device)  # pieces cut on the CPU, as in training
+        with _autocast(device, s.trainer["precision"]):
+            loss = module.work_loss(work)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(module.parameters(), h.max_grad_norm)
         optimizer.step()
         optimizer.zero_grad()
-        times.append(time.perf_counter() - start)
+        times.append(_now(device) - start)
         tick()
     module.eval()
     ordered = sorted(dev, key=lambda f: len(f["input_ids"]))  # dev batches are length-sorted:
     middle = max(0, len(ordered) // 2 - EVAL_BATCH // 2)  # time one of median length
-    dev_batch = task.collate(ordered[middle : middle + EVAL_BATCH])
-    with torch.no_grad():
-        start = time.perf_counter()
+    dev_batch = move_data_to_device(task.collate(ordered[middle : middle + EVAL_BATCH]), device)
+    with torch.no_grad(), _autocast(device, s.trainer["precision"]):
+        start = _now(device)
         module.loss(dev_batch)
-        eval_time = time.perf_counter() - start
+        eval_time = _now(device) - start
     tick()
     return statistics.median(times[1:]), eval_time
+
+
+def _now(device: torch.device) -> float:
+    """The time once the device has done what was queued (a GPU runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def _autocast(device: torch.device, precision: str) -> Any:
+    """Lightning's autocast for a mixed `precision` (none at full precision)."""
+    import contextlib
+
+    kinds = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+    if precision not in kinds:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=kinds[precision])
 
 
 def _cycle(loader: Any, n: int) -> list[Any]:

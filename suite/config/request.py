@@ -33,7 +33,8 @@ class Request:
     storage: str | None = None  # default: sqlite study.db in the run folder
     study: str | None = None  # default: task|model|sweep|profile
     workers: str = "1"  # a positive count or `auto`
-    workers_per_gpu: int = 1  # `auto` on GPUs: this many workers share each visible device
+    # `auto` on GPUs: this many workers share each visible device (None: as many as its memory holds)
+    workers_per_gpu: int | None = None
     # torch CPU threads of each worker; default: the stored study's, fixed when it was created
     # (a new study: the usable CPUs / its workers)
     threads: int | None = None
@@ -51,7 +52,7 @@ class Request:
         worker_count(self.workers)
         if self.threads is not None and self.threads < 1:
             raise SpecError(f"--threads: expected a positive integer, got {self.threads}")
-        if self.workers_per_gpu < 1:
+        if self.workers_per_gpu is not None and self.workers_per_gpu < 1:
             raise SpecError(f"--workers-per-gpu: expected a positive integer, got {self.workers_per_gpu}")
         if self.gpus_per_worker is not None and self.gpus_per_worker < 0:
             raise SpecError(f"--gpus-per-worker: expected 0 or more, got {self.gpus_per_worker}")

@@ -158,6 +158,20 @@ def _stat(path: Path, key: str) -> int:
         return 0
 
 
+# `--workers auto` on a GPU: workers share a card until its memory is spent, with a margin for the
+# allocator's fragmentation; past 8, a small model's trials gained nothing measured (the card is
+# bound by kernel launches: six workers ran 1.3x one, benchmarks/RESULTS.md).
+GPU_MEMORY_SHARE = 0.85
+MAX_WORKERS_PER_GPU = 8
+
+
+def gpu_free_mb() -> float | None:
+    """Free memory (MB) of the fullest GPU this process sees; None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    return min(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())) / 2**20
+
+
 @dataclass(frozen=True)
 class Capacity:
     """What bounds `--workers auto` besides the CPUs or GPUs: the trials still to run (all planned
@@ -168,11 +182,21 @@ class Capacity:
     memory_mb: float | None = None  # available now
     memory_why: str = ""
     peak_mb: float | None = None  # the largest peak RSS a worker of this study recorded
+    gpu_free_mb: float | None = None  # free on the fullest visible GPU now
+    gpu_peak_mb: float | None = None  # a worker's peak on its GPU: recorded, else probed (`gpu_memory`)
+    gpu_peak_why: str = ""
 
     def memory_cap(self) -> int | None:
         if self.memory_mb is None or not self.peak_mb:
             return None
         return max(1, int(self.memory_mb // self.peak_mb))
+
+    def gpu_cap(self) -> int | None:
+        """Workers one GPU holds by memory, at most `MAX_WORKERS_PER_GPU`; None when unmeasured."""
+        if self.gpu_free_mb is None or not self.gpu_peak_mb:
+            return None
+        fit = int(self.gpu_free_mb * GPU_MEMORY_SHARE // self.gpu_peak_mb)
+        return max(1, min(MAX_WORKERS_PER_GPU, fit))
 
     def memory_text(self) -> str:
         return f"{self.memory_why} / {self.peak_mb / 1024:.2f} GB measured peak per worker"
@@ -183,16 +207,17 @@ def resolve_workers(
     trainer: dict[str, Any],
     cpus: int,
     capacity: Capacity | None = None,
-    per_gpu: int = 1,
+    per_gpu: int | None = 1,
     threads: int = 1,
 ) -> tuple[int, str]:
-    """`--workers` and why: a positive count, or `auto`: `per_gpu` workers per visible GPU, or on
+    """`--workers` and why: a positive count, or `auto`: `per_gpu` workers per visible GPU (None:
+    as many as the GPU's free memory holds at the measured peak, `Capacity.gpu_cap`), or on
     CPU the usable `cpus` / `threads` per worker (one single-threaded worker per CPU unless the
     study fixed more threads: 2 processes x 1 thread ran a 4-trial RTE sweep 1.2x faster than
     1 x 2, benchmarks/sweep.py --workers-check), never more than the trials still to run nor
     than the measured peak RSS fits in the memory available."""
     capacity = capacity or Capacity()
-    if per_gpu < 1:
+    if per_gpu is not None and per_gpu < 1:
         raise SpecError(f"--workers-per-gpu: expected a positive integer, got {per_gpu}")
     fit = max(1, cpus // threads)  # workers whose threads the CPUs hold
     each = f" / {threads} threads per worker" if threads > 1 else ""
@@ -206,7 +231,8 @@ def resolve_workers(
         return count, f"--workers {count}"
     if trainer["accelerator"] == "gpu":
         devices = max(1, len(visible_devices()))
-        count, why = devices * per_gpu, f"{devices} GPU(s)" + (f" x {per_gpu} per GPU" if per_gpu > 1 else "")
+        per_gpu, each_gpu = _per_gpu(per_gpu, capacity)
+        count, why = devices * per_gpu, f"{devices} GPU(s){each_gpu}"
         if fit < count:  # each worker feeds its GPU from CPUs of its own
             count, why = fit, f"{why}, capped at the {cpus} usable CPUs{each}"
     else:
@@ -220,6 +246,17 @@ def resolve_workers(
     elif cap is None and capacity.memory_mb is not None and count > 1:
         why += "; memory does not cap it: no peak RSS measured yet (a rerun caps by it)"
     return count, f"--workers auto: {count} ({why})"
+
+
+def _per_gpu(asked: int | None, capacity: Capacity) -> tuple[int, str]:
+    """Workers per GPU and how they were chosen: `--workers-per-gpu`, else by the GPU's memory."""
+    if asked is not None:
+        return asked, f" x {asked} per GPU" if asked > 1 else ""
+    fit = capacity.gpu_cap()
+    if fit is None:
+        return 1, " (no GPU memory peak measured: 1 per GPU)"
+    free = f"{capacity.gpu_free_mb / 1024:.1f} GB free / {capacity.gpu_peak_mb / 1024:.2f} GB"
+    return fit, f" x {fit} per GPU ({free} {capacity.gpu_peak_why}, at most {MAX_WORKERS_PER_GPU})"
 
 
 def visible_devices() -> list[str]:

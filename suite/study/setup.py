@@ -130,7 +130,7 @@ def setup_study(request: Request, on_workers: Callable[[Setup], None] | None = N
     cpus, cpus_why = usable_cpus()
     # `launch` sizes its jobs itself: this machine's memory says nothing about the cluster's nodes
     local = request.gpus_per_worker is None and str(request.workers) != "1"
-    capacity = _capacity(task, sweep, study) if local else None
+    capacity = _capacity(task, sweep, study, trainer, model) if local else None
     per_gpu = request.workers_per_gpu
     workers, why = resolve_workers(request.workers, trainer, cpus, capacity, per_gpu, fixed or 1)
     threads = fixed or max(1, cpus // workers)  # a new study's choice, stored with it
@@ -172,20 +172,38 @@ def study_threads(asked: int | None, stored: int | None, name: str) -> int | Non
     return stored or asked
 
 
-def _capacity(task: TaskSpec, sweep: SweepSpec, study: Any) -> Capacity:
+def _capacity(task: TaskSpec, sweep: SweepSpec, study: Any, trainer: dict[str, Any], model: str) -> Capacity:
     """The trials still to run and the memory a worker needs, from the stored study if there is
-    one (its ended runs; the largest peak RSS its workers recorded), against the memory free now."""
+    one (its ended runs; the largest peak RSS its workers recorded), against the memory free now;
+    on a GPU also the GPU memory a worker needs (recorded, else probed) and the GPU's free memory."""
     from suite.study.plan import ended_runs, finished_records
 
-    planned, ended, peak = planned_trials(task, sweep), 0, None
+    planned, ended, peak, gpu_peak, gpu_why = planned_trials(task, sweep), 0, None, None, ""
     if study is not None:
         ended = len(ended_runs(study))  # errored ones run again
-        peaks = [r["peak_rss_mb"] for r in finished_records(study).values() if r.get("peak_rss_mb")]
+        records = finished_records(study).values()
+        peaks = [r["peak_rss_mb"] for r in records if r.get("peak_rss_mb")]
         peak = max(peaks) if peaks else None
-    from suite.model.devices import Capacity, available_memory_mb
+        gpu_peaks = [r["peak_gpu_mb"] for r in records if r.get("peak_gpu_mb")]
+        gpu_peak, gpu_why = (max(gpu_peaks), "recorded peak") if gpu_peaks else (None, "")
+    from suite.model.devices import Capacity, available_memory_mb, gpu_free_mb
 
     memory, memory_why = available_memory_mb()
-    return Capacity(max(0, planned - ended), ended, memory, memory_why, peak)
+    gpu_free = gpu_free_mb() if trainer["accelerator"] == "gpu" else None
+    if gpu_free is not None and gpu_peak is None:  # a new study: one step at its largest batch
+        from suite.model.gpu_memory import probe_peak_mb
+
+        batch = largest_batch(sweep)
+        gpu_peak = probe_peak_mb(model, batch, task.max_length, trainer["precision"])
+        gpu_why = f"probed peak (batch {batch} x {task.max_length} tokens)"
+    return Capacity(max(0, planned - ended), ended, memory, memory_why, peak, gpu_free, gpu_peak, gpu_why)
+
+
+def largest_batch(sweep: SweepSpec) -> int:
+    """The largest batch size a trial of the sweep can take (searched, or its settings')."""
+    if "batch_size" in sweep.space:
+        return max(int(v) for v in sweep.space["batch_size"].candidates())
+    return max(sweep.hparams_for(values).batch_size for values in sweep.settings())
 
 
 def planned_trials(task: TaskSpec, sweep: SweepSpec) -> int:

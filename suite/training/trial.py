@@ -31,6 +31,7 @@ from suite.heads.registry import CURVE_SAMPLE_SEED, PreparedTask
 from suite.model.adapters import parameter_counts
 from suite.model.devices import resolve_trainer
 from suite.model.encoders import load_encoder
+from suite.model.gpu_memory import CONTEXT_MB
 from suite.model.optim import optimizer_name
 from suite.training.trial_plan import TrialPlan
 
@@ -59,6 +60,8 @@ def run_trial(
     watch the run (progress) and must not change it.
     """
     record = new_record(task, model, plan)
+    if torch.cuda.is_initialized():  # the record's peak_gpu_mb: this trial's own
+        torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     module = None
     try:
@@ -126,6 +129,8 @@ def record_costs(record: dict[str, Any], start: float, end: float) -> None:
     # The process's peak resident memory (Linux: KiB) since the worker reset it as this trial started
     # (suite/study/memory.py), else since the process started: a leak shows as growth over trials.
     record["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    if torch.cuda.is_initialized():  # what sizes `--workers auto` on a GPU (suite.model.devices)
+        record["peak_gpu_mb"] = round(torch.cuda.max_memory_reserved() / 2**20 + CONTEXT_MB, 1)
     evals = record.pop("eval_s", {})
     curve, final, after = (evals.get(k, 0.0) for k in ("curve", "final", "after_training"))
     if "train_end" in record:  # the overhead of a trial: everything but training and evaluation
