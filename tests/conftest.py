@@ -115,6 +115,13 @@ def save_tiny_models(root: Path, archs: list[str], adjust: Any = None) -> dict[s
 
 
 @pytest.fixture(scope="session")
+def four_layers(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny BERT deep enough for `features: last4` (the shared tiny ones have 2 layers)."""
+    deep = lambda config: setattr(config, "num_hidden_layers", 4)  # noqa: E731
+    return save_tiny_models(tmp_path_factory.mktemp("deep"), ["bert"], deep)["bert"]
+
+
+@pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return save_tiny_models(tmp_path_factory.mktemp("models"), ARCHITECTURES)
 

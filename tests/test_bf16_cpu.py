@@ -23,7 +23,7 @@ from suite.model.optim import adamw_implementation
 from suite.training.replicas import run_replicates
 from suite.training.trial import run_trial
 from suite.training.trial_plan import Seeds, TrialPlan
-from tests.conftest import REPO, run_tiny, save_tiny_models
+from tests.conftest import REPO, run_tiny
 
 BF16 = {"precision": "bf16-mixed"}
 HP = dict(lr=1e-3, batch_size=8, epochs=1)
@@ -34,14 +34,16 @@ def _prepared(task: Path, model: Path, data: Path | None = None) -> PreparedTask
     return prepare_task(load_task(task), root, load_tokenizer(str(model)))
 
 
-def _trains_as_a_run(record: dict[str, Any], optimizer: str = "adamw-foreach") -> None:
+def trains_as_a_run(
+    record: dict[str, Any], precision: str = "bf16-mixed", optimizer: str | None = None
+) -> None:
     """Ended as a run (succeeded or failed by the task's rule, not errored nor diverged), with a
-    finite score, under bf16-mixed and the optimizer that precision takes."""
+    finite score, under `precision` and the optimizer that precision takes."""
     assert record["outcome"] in ("succeeded", "failed"), record.get("reason")
     assert record["failure"] != "diverged", record["reason"]
     assert record["score"] is not None and math.isfinite(record["score"])
-    assert record["trainer"]["precision"] == "bf16-mixed"
-    assert record["optimizer"] == optimizer
+    assert record["trainer"]["precision"] == precision
+    assert record["optimizer"] == (optimizer or f"adamw-{adamw_implementation(precision)}")
     assert record["loss_curve"] and all(math.isfinite(v) for v in record["loss_curve"])
 
 
@@ -76,11 +78,13 @@ def _squad(tmp_path: Path) -> Path:
     return tmp_path / "squad.yaml"
 
 
-@pytest.mark.parametrize("head", ["classification", "regression", "tagging", "crf", "span"])
-def test_every_head_trains_under_bf16_mixed(
-    head: str, tiny_models, tiny_task: Path, tiny_ner: Path, shared_data: Path, tmp_path: Path
-) -> None:  # noqa: ANN001
-    model = tiny_models["bert"]
+HEADS = ["classification", "regression", "tagging", "crf", "span"]
+
+
+def head_trial(
+    head: str, model: Path, tiny_task: Path, tiny_ner: Path, shared_data: Path, tmp_path: Path, trainer: dict
+) -> dict[str, Any]:
+    """One full fine-tuning trial of `head` on its tiny task under `trainer` (also tests/test_gpu.py)."""
     if head == "classification":
         task, size = _prepared(tiny_task, model), 32
     elif head == "regression":
@@ -88,13 +92,19 @@ def test_every_head_trains_under_bf16_mixed(
     elif head in ("tagging", "crf"):
         ner = _crf(tiny_ner) if head == "crf" else tiny_ner
         task, size = _prepared(ner, model, ner.parent / "data"), 32
+        assert task.spec.tagging.crf == (head == "crf")
     else:
         task, size = _prepared(_squad(tmp_path), model, shared_data), 16
     seeds = Seeds(1, 2, 42 if head == "span" else 3)  # a few-shot split's seed
-    record = run_trial(task, str(model), TrialPlan(size, HParams(**HP), seeds), trainer=BF16)
-    _trains_as_a_run(record)
-    if head in ("tagging", "crf"):
-        assert task.spec.tagging.crf == (head == "crf")
+    return run_trial(task, str(model), TrialPlan(size, HParams(**HP), seeds), trainer=trainer)
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_every_head_trains_under_bf16_mixed(
+    head: str, tiny_models, tiny_task: Path, tiny_ner: Path, shared_data: Path, tmp_path: Path
+) -> None:  # noqa: ANN001
+    record = head_trial(head, tiny_models["bert"], tiny_task, tiny_ner, shared_data, tmp_path, BF16)
+    trains_as_a_run(record)
 
 
 RECIPES = {  # every recipe and stabiliser the sweeps offer, on the classification head
@@ -109,31 +119,29 @@ RECIPES = {  # every recipe and stabiliser the sweeps offer, on the classificati
 }
 
 
-@pytest.fixture(scope="module")
-def four_layers(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny BERT deep enough for `features: last4` (the shared tiny ones have 2 layers)."""
-    return save_tiny_models(
-        tmp_path_factory.mktemp("deep"), ["bert"], lambda c: setattr(c, "num_hidden_layers", 4)
-    )["bert"]
+def recipe_trial(recipe: str, model: Path, tiny_task: Path, trainer: dict) -> dict[str, Any]:
+    """One trial of `recipe` on the tiny classification task under `trainer` (also tests/test_gpu.py)."""
+    hparams = HParams(**{**HP, **RECIPES[recipe]})
+    return run_trial(
+        _prepared(tiny_task, model), str(model), TrialPlan(32, hparams, Seeds(1, 2, 3)), trainer=trainer
+    )
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_every_recipe_trains_under_bf16_mixed(
     recipe: str, tiny_models, four_layers: Path, tiny_task: Path
-) -> None:  # noqa: ANN001, E501
-    model = four_layers if recipe == "feature-based" else tiny_models["bert"]
-    hparams = HParams(**{**HP, **RECIPES[recipe]})
-    record = run_trial(
-        _prepared(tiny_task, model), str(model), TrialPlan(32, hparams, Seeds(1, 2, 3)), trainer=BF16
+) -> None:  # noqa: ANN001
+    record = recipe_trial(
+        recipe, four_layers if recipe == "feature-based" else tiny_models["bert"], tiny_task, BF16
     )
-    _trains_as_a_run(record, "bert-adam" if recipe == "bert-adam" else "adamw-foreach")
+    trains_as_a_run(record, optimizer="bert-adam" if recipe == "bert-adam" else "adamw-foreach")
 
 
 def test_replicates_train_under_bf16_mixed(tiny_models, tiny_task: Path) -> None:  # noqa: ANN001
     model = tiny_models["bert"]
     plans = [TrialPlan(32, HParams(**HP), Seeds(10 + r, 20 + r, 5)) for r in range(3)]
     for record in run_replicates(_prepared(tiny_task, model), str(model), plans, trainer=BF16):
-        _trains_as_a_run(record)
+        trains_as_a_run(record)
 
 
 def test_a_bf16_study_runs_end_to_end_and_its_optimizer_is_in_its_identity(
@@ -143,7 +151,7 @@ def test_a_bf16_study_runs_end_to_end_and_its_optimizer_is_in_its_identity(
     records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
     assert len(records) == 3
     for record in records:
-        _trains_as_a_run(record)
+        trains_as_a_run(record)
     import optuna
 
     (name,) = optuna.get_all_study_names(f"sqlite:///{folder / 'study.db'}")

@@ -17,6 +17,7 @@ import torch
 
 from suite.commands.cli import main
 from tests.conftest import REPO
+from tests.test_bf16_cpu import HEADS, RECIPES, head_trial, recipe_trial, trains_as_a_run
 
 pytestmark = [
     pytest.mark.gpu,
@@ -138,3 +139,79 @@ def test_two_workers_on_cuda_run_each_planned_trial_once_on_a_gpu(tiny_task: Pat
     records = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
     assert len(records) == len({r["key"] for r in records}) == 4
     assert all(r["trainer"]["accelerator"] == "gpu" for r in records)
+
+
+# Pairwise coverage on the card: each head at each precision on full fine-tuning, each recipe on
+# classification at bf16 (the CPU runs the same trials at bf16-mixed: tests/test_bf16_cpu.py).
+PRECISIONS = ["32-true", "bf16-mixed", "16-mixed"]  # 16-mixed (a gradient scaler): a GPU only
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("head", HEADS)
+def test_every_head_trains_on_cuda_at_every_precision(
+    head: str, precision: str, tiny_models, tiny_task: Path, tiny_ner: Path, shared_data: Path, tmp_path: Path
+) -> None:  # noqa: ANN001
+    trainer = {"accelerator": "gpu", "precision": precision}
+    record = head_trial(head, tiny_models["bert"], tiny_task, tiny_ner, shared_data, tmp_path, trainer)
+    trains_as_a_run(record, precision)
+    assert record["trainer"]["accelerator"] == "gpu" and record["peak_gpu_mb"] > 0
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_every_recipe_trains_on_cuda_at_bf16(
+    recipe: str, tiny_models, four_layers: Path, tiny_task: Path
+) -> None:  # noqa: ANN001
+    model = four_layers if recipe == "feature-based" else tiny_models["bert"]
+    record = recipe_trial(recipe, model, tiny_task, {"accelerator": "gpu", "precision": "bf16-mixed"})
+    trains_as_a_run(record, optimizer="bert-adam" if recipe == "bert-adam" else "adamw-foreach")
+
+
+def test_replicates_on_cuda_at_bf16_equal_their_sequential_trials_without_dropout(
+    tiny_task: Path, tmp_path: Path
+) -> None:  # noqa: E501
+    """R = 3 replicates under bf16-mixed on the card, dropout 0: each replicate's loss curve is its
+    sequential trial's within bf16's rounding (2% relative: the two paths batch their matrix
+    products differently), and every one ends as a run."""
+    from suite.config.sweep import HParams
+    from suite.training.replicas import run_replicates
+    from suite.training.trial import run_trial
+    from suite.training.trial_plan import Seeds, TrialPlan
+    from tests.conftest import save_tiny_models
+    from tests.test_bf16_cpu import _prepared
+
+    def no_dropout(config: object) -> None:
+        for name, value in config.to_dict().items():
+            if "dropout" in name and isinstance(value, float):
+                setattr(config, name, 0.0)
+        config.classifier_dropout = 0.0
+
+    model = save_tiny_models(tmp_path / "models", ["bert"], no_dropout)["bert"]
+    task, gpu = _prepared(tiny_task, model), {"accelerator": "gpu", "precision": "bf16-mixed"}
+    plans = [
+        TrialPlan(32, HParams(lr=1e-3, batch_size=8, epochs=2), Seeds(10 + r, 20 + r, 5)) for r in range(3)
+    ]
+    for plan, parallel in zip(plans, run_replicates(task, str(model), plans, trainer=gpu), strict=True):
+        sequential = run_trial(task, str(model), plan, trainer=gpu)
+        trains_as_a_run(parallel)
+        assert parallel["loss_curve"] == pytest.approx(sequential["loss_curve"], rel=2e-2, abs=1e-3)
+
+
+def test_the_gpu_memory_probe_covers_a_trials_recorded_peak(tiny_models, tiny_task: Path) -> None:  # noqa: ANN001
+    """`--workers auto` sizes workers per card from a probed step at the largest batch and length:
+    it is at least what a trial of a smaller batch and shorter texts records."""
+    from suite.model.gpu_memory import CONTEXT_MB, probe_peak_mb
+
+    model = tiny_models["bert"]
+    record = recipe_trial("bitfit", model, tiny_task, {"accelerator": "gpu", "precision": "bf16-mixed"})
+    probed = probe_peak_mb(str(model), 16, 128, "bf16-mixed")
+    assert CONTEXT_MB < record["peak_gpu_mb"] <= probed
+
+
+def test_plan_estimates_a_gpu_study_from_a_gpu_calibration(tiny_task: Path, tiny_models, capsys) -> None:  # noqa: ANN001
+    from suite.commands.cli import main
+
+    root = tiny_task.parent.parent
+    args = ["plan", str(tiny_task), "--model", str(tiny_models["bert"]), "--data-dir", str(root / "data")]
+    assert main([*args, "--out", str(root / "runs"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "estimate: ~" in out and "s/step" in out
