@@ -226,3 +226,27 @@ def test_a_clipped_bf16_step_is_the_clipped_fp32_step(tiny_models, tiny_task: Pa
     assert fp32_norm == pytest.approx(MAX_NORM, rel=1e-3) and bf16_norm == pytest.approx(MAX_NORM, rel=1e-3)
     a, b = (torch.cat([g[n].flatten() for n in sorted(fp32)]) for g in (fp32, bf16))
     assert (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(a)).item() < TOLERANCE
+
+
+def test_the_adapters_sweep_runs_end_to_end_under_bf16_mixed(tiny_task: Path, tiny_models) -> None:  # noqa: ANN001
+    """`suite run sst2 --sweep adapters --precision bf16-mixed` as a tiny study: full fine-tuning,
+    LoRA and BitFit on one seed, every trial a run with a finite score."""
+    sweep = str(REPO / "sweeps/adapters.yaml")
+    args = (
+        "--sweep",
+        sweep,
+        "--profile",
+        "smoke",
+        "--set",
+        "sizes=[32]",
+        "--seeds",
+        "1",
+        "--precision",
+        "bf16-mixed",
+    )
+    folder = run_tiny(tiny_task, tiny_models["bert"], *args)
+    records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
+    assert sorted({r["hparams"].get("adapter", "none") for r in records}) == ["bitfit", "lora", "none"]
+    assert len(records) == 3
+    for record in records:
+        trains_as_a_run(record)
