@@ -49,10 +49,10 @@ WHEELS = [
     "pytorch-crf", "submitit", "jsonschema", "jsonschema-specifications", "referencing", "rpds-py",
 ]  # fmt: skip
 BUILT = ["seqeval"]  # no wheel on PyPI: built here (pure Python)
+SQUAD = "squad_fewshot_splinter/squad-train-seed-*-num-examples-{}.jsonl"  # size 16 and the eval pool
 DATA = [
     "conll2003/eng.train", "conll2003/eng.testa", "glue/RTE/train.tsv", "glue/RTE/dev.tsv",
-    "glue/STS-B/train.tsv", "glue/STS-B/dev.tsv", "squad_fewshot_splinter/squad-train-seed-*-num-examples-16.jsonl",
-    "squad_fewshot_splinter/squad-train-seed-*-num-examples-1024.jsonl",
+    "glue/STS-B/train.tsv", "glue/STS-B/dev.tsv", SQUAD.format(16), SQUAD.format(1024),
 ]  # fmt: skip
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 27, 28, 31, 34)] + ["manylinux2014_x86_64"]
 
@@ -131,9 +131,10 @@ class Sampler:
             return "card: not sampled"
         util = [u for u, _ in self.rows]
         busy = [u for u in util if u > 0]
+        working, peak = statistics.mean(busy) if busy else 0.0, max(m for _, m in self.rows)
         return (
-            f"card busy {statistics.mean(util):.0f}% mean ({statistics.mean(busy) if busy else 0:.0f}% while "
-            f"working, {len(util) - len(busy)} idle samples of {len(util)}), peak {max(m for _, m in self.rows):.0f} MiB"
+            f"card busy {statistics.mean(util):.0f}% mean ({working:.0f}% while working, "
+            f"{len(util) - len(busy)} idle samples of {len(util)}), peak {peak:.0f} MiB"
         )
 
 
@@ -146,7 +147,8 @@ def timed(command: list[str], limit: float, log: Path) -> tuple[float, int, str]
     with Sampler() as card, log.open("w") as out:
         start = time.perf_counter()
         try:
-            code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=limit, cwd=ROOT).returncode
+            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=limit, cwd=ROOT)
+            code = done.returncode
         except subprocess.TimeoutExpired:
             code = 124
     return time.perf_counter() - start, code, card.describe()
@@ -215,9 +217,8 @@ def run(out: Path, dry: bool) -> None:
         say(f"2. {task} smoke: exit {code}, {seconds:.0f} s, {outcomes(records_of(folder))}; {card}")
     for workers in ("1", "auto"):
         folder = work / f"headline-{workers}"
-        seconds, code, card = timed(
-            suite("ner", "--workers", workers, "--out", str(folder), *toy), 200, out / f"headline-{workers}.log"
-        )
+        command = suite("ner", "--workers", workers, "--out", str(folder), *toy)
+        seconds, code, card = timed(command, 200, out / f"headline-{workers}.log")
         say(f"3. headline (ner, --workers {workers}): exit {code}, {seconds:.0f} s wall; "
             f"{outcomes(records_of(folder))}; {card}")  # fmt: skip
     task = work / "rte-bert-base.yaml"
@@ -248,10 +249,12 @@ def draw_models(models: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     sub = parser.add_subparsers(dest="step", required=True)
     here = sub.add_parser("prepare", help="here: fill .gpu/ (wheels, data, configs, run.sh)")
-    here.add_argument("--data-dir", type=Path, default=Path(os.environ.get("SUITE_DATA_DIR", ROOT.parent / "shared/data")))
+    data = Path(os.environ.get("SUITE_DATA_DIR", ROOT.parent / "shared/data"))
+    here.add_argument("--data-dir", type=Path, default=data)
     there = sub.add_parser("run", help="there: every check, a summary in --out")
     there.add_argument("--out", type=Path, default=Path("/tmp/gpu-out"))
     there.add_argument("--dry-run", action="store_true", help="the same steps on the CPU at toy sizes")
