@@ -291,8 +291,11 @@ def gap_to_reported(
 ) -> dict[str, Any]:
     """A reported number (0-100 scale) against ours (natural scale, x100 here), like for like:
     - median or mean of k runs: `stacked_gap` (design-aware predictive draws and a t reference);
+      a mean, where the records say where a failed run scores (`failed_values`: their baseline,
+      our failed runs), by `stacked_failed_gap` on our succeeded runs: any of the k may have
+      failed; it cannot decide where fewer than 2 of ours succeeded or they span one grid row;
     - max of k runs: our expected max at k (past our N runs: our max, a lower bound), with the
-      exact rank test `rank_p` (a bootstrap cannot reach above our largest run);
+      exact rank test `rank_p` (rank_gap.py; a bootstrap cannot reach above our largest run);
     - a single run (or a test-server score): the same rank test at k = 1.
     eval_sd: sd, in x100 points, of our evaluation-subsample score around the full evaluation
     set's (our runs used eval_limit, the reported number the full set); 0 when both used one set.
@@ -304,8 +307,9 @@ def gap_to_reported(
     when the test cannot decide), decidable, min_p (the smallest p the test can reach here),
     runs_needed (when it cannot decide: the fewest runs that could), direction ("above" |
     "below": where the reported value lies), reference, method, p_parts {bootstrap, t} (median,
-    mean), estimator and our_value_is (max), p_single_run_below {"1", "3"} (share of our runs
-    more than 1 or 3 points below it), note (why no comparison or no decision)}.
+    mean), failed_runs_explain (mean with a failure rule: how many failed runs among the k best
+    explain the reported value), estimator and our_value_is (max), p_single_run_below {"1", "3"}
+    (share of our runs more than 1 or 3 points below it), note (why no comparison or no decision)}.
     """
     records = [r if isinstance(r, dict) else {"score": r} for r in records_or_scores]
     x = 100.0 * finite_scores(records)
