@@ -277,6 +277,25 @@ def test_tied_runs_bound_no_component() -> None:
         assert found[name]["estimate"] == 0.0
 
 
+def test_components_the_runs_vary_only_by_floating_point_residue_bound_nothing() -> None:
+    """Scores that depend on the init seed only (each row repeated over 3 order seeds): order and
+    residual mean squares are ~1e-32, rounding residue, and MLS gave [0.0, 7.2e-31] and
+    [1.0e-32, 2.3e-31], a certainty of 0 the runs do not give. They count as 0 against the
+    largest mean square: "cannot bound", as tied runs; init keeps its interval."""
+    rows = np.array([0.6173, 0.6411, 0.6165])
+    found = variance_components(grid_records(np.repeat(rows[None, :, None], 3, 2)), resamples=50)[
+        "components"
+    ]
+    for name in ("order", "interaction+residual"):
+        assert found[name]["ci95"] is None and found[name]["ci95_note"].startswith("cannot bound")
+        assert found[name]["estimate"] == 0.0 and found[name]["share_ci95"] is None
+    assert found["init"]["estimate"] == pytest.approx(
+        rows.var(ddof=1)
+    )  # 3 order seeds: the row mean square / 3
+    low, high = found["init"]["ci95"]
+    assert 0 < low < rows.var(ddof=1) < high
+
+
 def _grid(sd_init: float, sd_order: float, sd_noise: float, n: int = 40, seed: int = 0):  # noqa: ANN202
     """Scores = init effect + order effect + noise on an n x n crossed grid, and the realised
     variance of each component (the target the ANOVA should recover)."""

@@ -22,7 +22,8 @@ from suite.stats.estimates import (
     stacked_intervals,
     summarize,
 )
-from suite.stats.estimates.gap import rank_min_p, rank_p, stacked_gap
+from suite.stats.estimates.gap import stacked_gap
+from suite.stats.estimates.rank_gap import rank_min_p, rank_p
 from tests.designs import grid_records, independent_records
 
 # --- design detection and the bootstrap's resampling units -------------------------------------

@@ -316,6 +316,10 @@ def importance_bar(importance: dict[str, Any] | None, title: str = "") -> Result
     parts = dict((importance or {}).get("importances") or {})
     if not parts:
         return "one hyperparameter setting (or no score variance): no importance to estimate"
+    together = (importance or {}).get("factors") or {}  # parameters that move together: one bar
+    parts = {
+        (f"{k} (with {', '.join(together[k][1:])})" if k in together else k): v for k, v in parts.items()
+    }
     parts["seeds and noise"] = importance.get("unexplained (seeds, noise)") or 0.0
     fig, ax = plt.subplots(figsize=(6, 3))
     sns.barplot(x=list(parts.values()), y=list(parts), ax=ax, color="tab:green", orient="h")

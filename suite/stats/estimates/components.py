@@ -31,7 +31,8 @@ choice, covered 49-86% for some components on 5 x 5 and 3 x 5 x 5 (differences o
 All of this assumes roughly normal effects: with t(5) effects MLS covers 88-93% (N = 10 runs: 87%).
 No interval has zero width (`component_interval`): an MLS interval below 0 (1.8-2% of 3 x 3
 studies with small init and order effects) gets the positive terms' upper bound instead of [0, 0]
-(coverage 95.0 -> 96.2%); where the runs do not vary along a component's seeds, none.
+(coverage 95.0 -> 96.2%); where the runs do not vary along a component's seeds, none, and a
+mean square at floating-point residue (under 1e-12 of the largest) counts as not varying.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ TIED = "cannot bound: the runs do not vary along this component's seeds"
 POSITIVE = "the MLS interval lay below 0: upper end from its positive mean-square terms alone"
 SHARE_WIDTH = 0.5  # a share interval at least this wide does not bound the share
 MAX_SEEDS = 100  # seeds_for_share looks no further
+RESIDUE = 1e-12  # a mean square this small beside the largest is floating-point residue, not variance
 Subset = tuple[int, ...]  # the axes of an effect: (0,) a main effect, (0, 1) their interaction
 LABELS = {"crossed": ("subsample", "init", "order"), "independent": ("subsample", "run")}
 
@@ -237,13 +239,21 @@ def _fit(grid: np.ndarray, m: Model) -> tuple[np.ndarray, np.ndarray, str] | Non
     grid would have at the REML estimates, the residual df less the missing cells (approximate),
     so that one interval method serves both."""
     if np.isfinite(grid).all():
-        return mean_squares(grid, m), m.df, "ANOVA"
+        return _residue_as_zero(mean_squares(grid, m)), m.df, "ANOVA"
     sigma = _reml(grid, m)
     if sigma is None:
         return None
     df = m.df.copy()
     df[-1] = max(df[-1] - (~np.isfinite(grid)).sum(), 1.0)
-    return m.expected() @ sigma, df, "REML"
+    return _residue_as_zero(m.expected() @ sigma), df, "REML"
+
+
+def _residue_as_zero(ms: np.ndarray) -> np.ndarray:
+    """Mean squares at rounding residue (RESIDUE of the largest, which bounds the total variance's
+    scale) as 0: scores that vary by init seed only leave order and residual mean squares of
+    ~1e-32 from floating-point sums, whose MLS intervals [0, 7e-31] looked like certainty that the
+    component is 0; at 0 they give "cannot bound", as runs that tie do."""
+    return np.where(ms > RESIDUE * ms.max(initial=0.0), ms, 0.0)
 
 
 def share_draws(ms: np.ndarray, df: np.ndarray, m: Model, draws: int, rng: np.random.Generator) -> np.ndarray:

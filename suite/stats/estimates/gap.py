@@ -18,9 +18,8 @@ from typing import Any
 
 import numpy as np
 from scipy import stats
-from scipy.special import comb
 
-from suite.stats.decide import runs_needed, verdict
+from suite.stats.decide import verdict
 from suite.stats.design import (
     Layout,
     by_setting,
@@ -31,8 +30,9 @@ from suite.stats.design import (
     stacked_widening,
 )
 from suite.stats.estimates.expected_maximum import expected_max
+from suite.stats.estimates.rank_gap import rank_test
 from suite.stats.estimates.uncertainty import Statistic, no_spread, reduce
-from suite.study.records import TrialRecord, finite_scores
+from suite.study.records import TrialRecord, finite_scores, outcome, score
 
 
 def predictive_draws(
@@ -223,27 +223,61 @@ def stacked_gap(
     }
 
 
-def rank_p(x: np.ndarray, reported: float, k: int, eval_sd: float = 0.0) -> tuple[float, float]:
-    """(P(T <= reported), P(T >= reported)) for T the max of k new runs exchangeable with ours:
-    P(T below our (j+1)-th smallest) = C(j + k, k) / C(N + k, k). With eval_sd: ours were scored on
-    an evaluation subsample, shifted together by e ~ N(0, eval_sd) from the full-set score the
-    reported value has; the tail probabilities are averaged over e (exact for a step function)."""
-    xs, big_n = np.sort(x), x.size
-    j = np.arange(big_n + 1)
-    total = comb(big_n + k, k)
-    at_or_below = comb(j + k, k) / total  # reported in [x(j), x(j+1)): j of ours at or below it
-    at_or_above = 1 - comb(j + k - 1, k) / total  # reported in (x(j), x(j+1)]
-    if eval_sd <= 0:
-        return float(at_or_below[(xs <= reported).sum()]), float(at_or_above[(xs < reported).sum()])
-    edges = np.concatenate([[-np.inf], xs, [np.inf]])
-    mass = np.diff(stats.norm.cdf((edges - reported) / eval_sd))
-    return float(mass @ at_or_below), float(mass @ at_or_above)
+def failed_values(records: Sequence[TrialRecord]) -> tuple[float, float] | None:
+    """Where a failed run scores, [low, high]: the hull of the failure rule's baseline (the records'
+    `baseline`) and of our failed runs' scores; None when neither is known (plain scores)."""
+    known = [float(r["baseline"]) for r in records if isinstance(r.get("baseline"), int | float)]
+    known += [score(r) for r in records if outcome(r) == "failed"]
+    known = [v for v in known if math.isfinite(v)]
+    return (min(known), max(known)) if known else None
 
 
-def rank_min_p(big_n: int, k: int, direction: str) -> float:
-    """Smallest two-sided p the rank test reaches with N runs: a reported value above all of ours
-    2k / (N + k) (max of 5: N >= 195; single run: N >= 39); below all 2 / C(N + k, k)."""
-    return min(1.0, 2 * k / (big_n + k) if direction == "above" else 2 / comb(big_n + k, k))
+def lost_design(lay: Layout, succeeded: Layout) -> bool:
+    """Our succeeded runs no longer form the design's grid (one init row left of a 3 x 3 grid whose
+    other rows failed): their spread then hides an axis a paper's runs vary along."""
+    return lay.design == "crossed" and succeeded.design != "crossed"
+
+
+def stacked_failed_gap(
+    lay: Layout,
+    grids: np.ndarray,
+    reported: np.ndarray,
+    k: int,
+    failed: tuple[np.ndarray | float, np.ndarray | float],
+    resamples: int = 4000,
+    seed: int = 0,
+    eval_sd: float = 0.0,
+) -> dict[str, np.ndarray]:
+    """A reported MEAN of k runs against T studies' SUCCEEDED runs (`lay`, `grids`: failed runs
+    left out), where any of the k may have failed unseen, scoring within `failed` (low, high).
+    Given j failed among the k, reported = (1 - j/k) S + (j/k) v, S the mean of k - j succeeded
+    runs: S = (reported - (j/k) v) / (1 - j/k) is tested by `stacked_gap` against our succeeded
+    runs at k - j (v taken where S comes closest to ours); j = k: the reported value must lie in
+    `failed`. p = the largest over j = 0..k, a union of the k + 1 tests: whatever number of the
+    k failed, its own test holds, so the largest p does too, for any failure rate, seen in our
+    runs or not. Why: a mean of runs that fail far below (RTE: 4.4 SD) has a mixture variance a
+    sample without a failed run cannot show (at N = 3 and 20% failed, half the samples); the
+    mixture-blind test rejected 6.5-11% of true reported means (docs/statistics.md). Above ours
+    no j > 0 comes closer, so power there is `stacked_gap`'s; below, a gap that j failed runs
+    would make is not a gap. Returns (T,) p (NaN: cannot decide), p_bootstrap, p_t and
+    percentile of the j with the largest p, and that j (`failed`)."""
+    n_t = len(grids)
+    low, high = (np.broadcast_to(np.asarray(v, dtype=float), (n_t,)) for v in failed)
+    center = reduce(grids.reshape(n_t, -1), "mean")
+    best = {"p": np.full(n_t, -1.0)}
+    for j in range(k + 1):
+        if j == k:
+            inside = ((low <= reported) & (reported <= high)).astype(float)
+            found = {"p": inside, "p_bootstrap": inside, "p_t": inside, "percentile": np.full(n_t, 50.0)}
+        else:
+            share = j / k
+            ends = [(reported - share * v) / (1 - share) for v in (high, low)]
+            found = stacked_gap(lay, grids, np.clip(center, *ends), "mean", k - j, resamples, seed, eval_sd)
+        better = np.nan_to_num(found["p"], nan=-1.0) > best["p"]
+        found["failed"] = np.full(n_t, j)
+        best = {name: np.where(better, found[name], best.get(name, np.nan)) for name in found}
+    undecided = no_spread(grids.reshape(n_t, -1))
+    return best | {"p": np.where(undecided, np.nan, best["p"])}
 
 
 def gap_to_reported(
@@ -257,8 +291,11 @@ def gap_to_reported(
 ) -> dict[str, Any]:
     """A reported number (0-100 scale) against ours (natural scale, x100 here), like for like:
     - median or mean of k runs: `stacked_gap` (design-aware predictive draws and a t reference);
+      a mean, where the records say where a failed run scores (`failed_values`: their baseline,
+      our failed runs), by `stacked_failed_gap` on our succeeded runs: any of the k may have
+      failed; it cannot decide where fewer than 2 of ours succeeded or they span one grid row;
     - max of k runs: our expected max at k (past our N runs: our max, a lower bound), with the
-      exact rank test `rank_p` (a bootstrap cannot reach above our largest run);
+      exact rank test `rank_p` (rank_gap.py; a bootstrap cannot reach above our largest run);
     - a single run (or a test-server score): the same rank test at k = 1.
     eval_sd: sd, in x100 points, of our evaluation-subsample score around the full evaluation
     set's (our runs used eval_limit, the reported number the full set); 0 when both used one set.
@@ -270,8 +307,9 @@ def gap_to_reported(
     when the test cannot decide), decidable, min_p (the smallest p the test can reach here),
     runs_needed (when it cannot decide: the fewest runs that could), direction ("above" |
     "below": where the reported value lies), reference, method, p_parts {bootstrap, t} (median,
-    mean), estimator and our_value_is (max), p_single_run_below {"1", "3"} (share of our runs
-    more than 1 or 3 points below it), note (why no comparison or no decision)}.
+    mean), failed_runs_explain (mean with a failure rule: how many failed runs among the k best
+    explain the reported value), estimator and our_value_is (max), p_single_run_below {"1", "3"}
+    (share of our runs more than 1 or 3 points below it), note (why no comparison or no decision)}.
     """
     records = [r if isinstance(r, dict) else {"score": r} for r in records_or_scores]
     x = 100.0 * finite_scores(records)
@@ -301,7 +339,7 @@ def gap_to_reported(
         return out
     if statistic in ("median", "mean"):
         return out | _same_statistic(records, reported, statistic, k, seed, resamples, eval_sd)
-    return out | _rank_test(x, reported, k, eval_sd)
+    return out | rank_test(x, reported, k, eval_sd)
 
 
 def _same_statistic(
@@ -314,26 +352,31 @@ def _same_statistic(
     eval_sd: float,
 ) -> dict[str, Any]:
     if len(by_setting(records)) > 1:
-        records = [{"score": r.get("score")} for r in records]
+        keep = ("score", "outcome", "failed", "baseline")
+        records = [{key: r[key] for key in keep if key in r} for r in records]
     lay = layout(records)
-    found = {
-        name: float(v[0])
-        for name, v in stacked_gap(
-            lay, lay.grid[None], np.array([reported / 100]), statistic, k, resamples, seed, eval_sd / 100
-        ).items()
-    }
-    p, n = found["p"], int(np.isfinite(lay.grid).sum())
-    undecided = bool(np.isnan(p))  # no spread: a variance from runs that all tie says nothing
+    failed = failed_values(records) if statistic == "mean" else None
+    target = np.array([reported / 100])
+    if failed is None:
+        found = stacked_gap(lay, lay.grid[None], target, statistic, k, resamples, seed, eval_sd / 100)
+        own, lost = lay, False
+    else:
+        own = layout([r for r in records if outcome(r) != "failed"])
+        lost = lost_design(lay, own) or np.isfinite(own.grid).sum() < 2
+        found = (
+            dict.fromkeys(("p", "p_bootstrap", "p_t", "percentile", "failed"), np.full(1, np.nan))
+            if lost
+            else stacked_failed_gap(own, own.grid[None], target, k, failed, resamples, seed, eval_sd / 100)
+        )
+    found = {name: float(v[0]) for name, v in found.items()}
+    p, n, n_own = found["p"], int(np.isfinite(lay.grid).sum()), int(np.isfinite(own.grid).sum())
+    undecided = bool(np.isnan(p)) or lost  # no spread: a variance from runs that all tie says nothing
     decision = verdict(None if undecided else p, 1.0 if undecided else 2 / (resamples + 1), n, None, "runs")
     if undecided:
-        decision["note"] = (
-            f"cannot decide with {n} run; needs at least 2"
-            if n < 2
-            else f"cannot decide: our {n} runs all scored the same (no spread to compare with)"
-        )
+        decision["note"] = _undecided_note(n, n_own, lost)
         decision["runs_needed"] = 2 if n < 2 else None
     p_two_sided = decision.pop("p")
-    return {
+    out = {
         **decision,
         "p_two_sided": p_two_sided,
         "percentile": found["percentile"],
@@ -344,22 +387,23 @@ def _same_statistic(
         "reference": f"{statistic} of {k} runs drawn from ours (design bootstrap, predictive)",
         "method": "flagged only outside both the widened predictive draws and the t reference",
     }
-
-
-def _rank_test(x: np.ndarray, reported: float, k: int, eval_sd: float) -> dict[str, Any]:
-    p_le, p_ge = rank_p(x, reported, k, eval_sd)
-    direction = "above" if p_ge <= p_le else "below"
-    p = min(1.0, 2 * min(p_le, p_ge))
-    min_p = rank_min_p(x.size, k, direction)
-    needed = runs_needed(lambda n: rank_min_p(n, k, direction), x.size)
-    decision = verdict(p, min_p, x.size, needed, "runs")
-    what = "one run" if k == 1 else f"the max of {k} runs"
-    noise = f", our scores shifted by N(0, {eval_sd:g}) eval error" if eval_sd > 0 else ""
-    p_two_sided = decision.pop("p")
-    return {
-        **decision,
-        "p_two_sided": p_two_sided,
-        "percentile": float(100 * (p_le + 1 - p_ge) / 2),
-        "direction": direction,
-        "reference": f"{what} exchangeable with ours (exact rank test; ignores the seed design{noise})",
+    if failed is None:
+        return out
+    low, high = (100 * v for v in failed)
+    return out | {
+        "failed_runs_explain": None if undecided else int(found["failed"]),
+        "reference": f"mean of {k} runs, any of them failed (scoring {low:.4g}-{high:.4g}), "
+        "the rest drawn from our succeeded runs (design bootstrap, predictive)",
+        "method": "flagged only where no number of failed runs among the reported ones explains it "
+        "(each: outside both the widened predictive draws and the t reference)",
     }
+
+
+def _undecided_note(n: int, n_own: int, lost: bool) -> str:
+    if n < 2:
+        return f"cannot decide with {n} run; needs at least 2"
+    if n_own < n:
+        why = "share one seed of the grid" if n_own > 1 and lost else "are too few to show a spread"
+        why = why if n_own < 2 or lost else "show no spread"
+        return f"cannot decide: {n - n_own} of our {n} runs failed, and the {n_own} that succeeded {why}"
+    return f"cannot decide: our {n} runs all scored the same (no spread to compare with)"

@@ -222,9 +222,11 @@ def hyperparameter_importance(records: Sequence[TrialRecord], seed: int = 0) -> 
     ran once, since settings and seeds are then confounded), "omega2": the raw omega^2,
     "truncated_at_0": bool (a negative omega^2 is reported as 0), "r2": between-setting R^2
     (biased up: ~(g-1)/(N-1) by chance alone), "p_settings_differ": one-way ANOVA F test,
-    "importances": fANOVA (Optuna) importances scaled to sum to f (to 1 when f is None),
-    "unexplained (seeds, noise)": 1 - f, "settings", "runs"}; {} when no parameter varies.
-    Seeds are not parameters: what the settings leave unexplained is theirs and noise's.
+    "importances": fANOVA (Optuna) importances scaled to sum to f (to 1 when f is None), one per
+    factor (`collinear_factors`), "factors": {factor: the parameters it stands for} where one
+    stands for several, "unexplained (seeds, noise)": 1 - f, "settings", "runs"}; {} when no
+    parameter varies. Seeds are not parameters: what the settings leave unexplained is theirs
+    and noise's.
     """
     kept = scored(records)
     keys = sorted({k for r in kept for k in r["hparams"]} | {"size"})
@@ -236,20 +238,17 @@ def hyperparameter_importance(records: Sequence[TrialRecord], seed: int = 0) -> 
     for r in kept:
         groups[repr([_param(r, k) for k in varying])].append(r["score"])
     explained = explained_by_settings(list(groups.values()))
+    factors = collinear_factors(kept, varying)
+    levels = [{f: repr([_param(r, k) for k in members]) for f, members in factors.items()} for r in kept]
     import optuna  # here, past the early return: fANOVA imports scikit-learn and pandas (~1 s)
     from optuna.distributions import CategoricalDistribution
     from optuna.importance import FanovaImportanceEvaluator, get_param_importances
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize")
-    for r in kept:
-        study.add_trial(
-            optuna.trial.create_trial(
-                params={k: _param(r, k) for k in varying},
-                distributions={k: CategoricalDistribution(values[k]) for k in varying},
-                value=r["score"],
-            )
-        )
+    choices = {f: CategoricalDistribution(sorted({lv[f] for lv in levels})) for f in factors}
+    for r, lv in zip(kept, levels, strict=True):
+        study.add_trial(optuna.trial.create_trial(params=lv, distributions=choices, value=r["score"]))
     try:
         raw = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=seed))
     except RuntimeError:  # fANOVA finds no variance its trees can split on
@@ -259,10 +258,46 @@ def hyperparameter_importance(records: Sequence[TrialRecord], seed: int = 0) -> 
     return {
         **explained,
         "importances": {k: scale * float(v) for k, v in raw.items()},
+        "factors": {k: m for k, m in factors.items() if len(m) > 1},
         "unexplained (seeds, noise)": None if f is None else 1.0 - f,
         "settings": len(groups),
         "runs": len(kept),
     }
+
+
+def collinear_factors(kept: Sequence[TrialRecord], varying: Sequence[str]) -> dict[str, list[str]]:
+    """The varying parameters as factors the runs can tell apart: a parameter that another
+    determines (one value of it wherever the other has one value: lr, adapter and lora_r under a
+    recipe) moves with it, and no importance can split their effect, so they are one factor,
+    named `recipe` where it is one of them, else by the parameter with the most values. Without
+    this, fANOVA split one recipe effect over four names. {factor: its parameters}."""
+    cells = {k: [_param(r, k) for r in kept] for k in varying}
+
+    def determines(a: str, b: str) -> bool:
+        seen: dict[str, Any] = {}
+        return all(seen.setdefault(repr(x), y) == y for x, y in zip(cells[a], cells[b], strict=True))
+
+    owner = {k: k for k in varying}  # union-find over "one determines the other"
+
+    def root(k: str) -> str:
+        while owner[k] != k:
+            k = owner[k]
+        return k
+
+    for i, a in enumerate(varying):
+        for b in varying[i + 1 :]:
+            if determines(a, b) or determines(b, a):
+                owner[root(b)] = root(a)
+    found: dict[str, list[str]] = defaultdict(list)
+    for k in varying:
+        found[root(k)].append(k)
+    named = {}
+    for members in found.values():
+        name = (
+            "recipe" if "recipe" in members else max(members, key=lambda k: len({repr(v) for v in cells[k]}))
+        )
+        named[name] = [name, *(k for k in members if k != name)]
+    return named
 
 
 def explained_by_settings(groups: Sequence[Sequence[float]]) -> dict[str, Any]:
