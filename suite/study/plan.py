@@ -25,7 +25,7 @@ from suite.config.sweep import SweepSpec, seed_grid
 from suite.config.task import TaskSpec
 from suite.errors import SuiteError
 from suite.study.records import WHOLE_SET, final_records, outcome, repeated_runs, run_key
-from suite.study.repeated_errors import COUNT_FROM_ATTR
+from suite.study.repeated_errors import PLAN_EPOCH_ATTR, plan_epoch
 from suite.study.storage import open_storage
 from suite.training.trial_plan import Seeds, TrialPlan  # plain dataclasses: no torch, no Lightning
 
@@ -168,8 +168,7 @@ def enqueue_plan(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> int:
     stop nothing, `suite.study.repeated_errors`); returns how many."""
     trials = study.get_trials(deepcopy=False)
     held = held_keys(trials)
-    if any(t.state == TrialState.FAIL for t in trials):  # a rerun: earlier errors stop nothing now
-        study.set_user_attr(COUNT_FROM_ATTR, len(trials))
+    fresh_attempts(study, trials)
     if sweep.adaptive:  # TPE's settings exist only in the storage: re-queue their errored trials
         keyed = [t for t in trials if "key" in t.user_attrs]
         todo = {run_key(t.user_attrs["key"]): t for t in keyed if run_key(t.user_attrs["key"]) not in held}
@@ -187,6 +186,21 @@ def enqueue_plan(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> int:
                 held.add(plan.key)
                 added += 1
     return added
+
+
+def fresh_attempts(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> None:
+    """A rerun after errors, with no trial running (another `run` of the study is not a rerun):
+    the errors before it stop nothing any more (a new plan epoch), and the retries still queued
+    start again at their first attempt, as the errored trials this plan queues again do."""
+    errored = any(
+        t.state == TrialState.FAIL and outcome(t.user_attrs.get("record") or {}) == "errored" for t in trials
+    )
+    if not errored or any(t.state == TrialState.RUNNING for t in trials):
+        return
+    study.set_user_attr(PLAN_EPOCH_ATTR, plan_epoch(study) + 1)
+    for t in trials:
+        if t.state == TrialState.WAITING and t.user_attrs.get("attempt", 1) > 1:
+            study._storage.set_trial_user_attr(t._trial_id, "attempt", 1)
 
 
 def note_repeated_runs(study: optuna.Study) -> str | None:

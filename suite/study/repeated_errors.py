@@ -1,11 +1,14 @@
-"""An error that repeats stops the study: once `REPEATS` errored trials share a signature (the
-exception's type and message with numbers and paths taken out), no worker starts another trial
+"""An error that repeats stops the study: once `REPEATS` planned trials errored with one signature
+(the exception's type and message with numbers and paths taken out), no worker starts another trial
 of what that error covers, so a crash on every trial cannot burn a queue of 64 workers.
 
 What it covers (`Stop.scope`): the (size, searched values) pairs every trial it hit shares, when no
 trial that ended as a run shares them all (an out-of-memory at `batch_size=64` stops the settings
-at 64, not the others); else the whole study. Only errors since the study was last planned count
-(`COUNT_FROM_ATTR`): rerunning the same command after a fix gives every trial fresh attempts."""
+at 64, not the others); else the whole study, and then only when those errors came in a row, after
+the last trial that ended as a run: three transient faults spread over a long study stop nothing.
+Only errors told since the study was last planned count (each errored record carries the plan's
+`epoch`, `PLAN_EPOCH_ATTR`): rerunning the same command after a fix gives every trial fresh
+attempts, and rerunning it without one stops again after three."""
 
 from __future__ import annotations
 
@@ -18,15 +21,15 @@ from optuna.trial import FrozenTrial, TrialState
 
 from suite.study.records import outcome
 
-REPEATS = 3  # errored trials sharing a signature that stop what it covers
-COUNT_FROM_ATTR = "errors_count_from"  # the study's first trial number whose error counts
+REPEATS = 3  # planned trials errored with one signature that stop what it covers
+PLAN_EPOCH_ATTR = "plan_epoch"  # the study's count of reruns that planned errored trials again
 
 _LOCATION = re.compile(r"\s*\([\w.-]+\.py:\d+\)$")  # crash_reason's `(file.py:line)`
 _PATH = re.compile(r"(?:[A-Za-z]:)?[\w.~-]*(?:/[\w.@+~-]+)+/?")
 _NUMBER = re.compile(r"0x[0-9a-fA-F]+|[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 # What to change, for errors whose cause is known (the first pattern found in the message).
 _HINTS = (
-    ("out of memory", "lower batch_size or max_length, or run fewer workers per GPU (--workers)"),
+    ("out of memory", "lower batch_size or max_length, or run fewer workers per GPU (--workers-per-gpu)"),
     ("no kernel image", "install a torch built for this GPU (docs/gpu.md)"),
     ("cuda error", "check the GPU with nvidia-smi; a failing card errors every trial"),
 )
@@ -80,27 +83,30 @@ class Stop:
         )
 
 
-def repeated_errors(trials: list[FrozenTrial], count_from: int = 0, repeats: int = REPEATS) -> list[Stop]:
-    """The errors of `trials` (numbered `count_from` on) that `repeats` or more trials share."""
-    hits: dict[str, list[tuple[FrozenTrial, str]]] = defaultdict(list)
+def repeated_errors(trials: list[FrozenTrial], epoch: int = 0, repeats: int = REPEATS) -> list[Stop]:
+    """The errors of `trials` told in plan `epoch` that `repeats` or more planned trials share."""
+    hits: dict[str, dict[str, FrozenTrial]] = defaultdict(dict)  # signature -> key -> its last error
     runs = []
-    for t in trials:
+    for t in sorted(trials, key=lambda t: t.number):
         record = t.user_attrs.get("record")
         if record is None or t.state not in (TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED):
             continue
         if outcome(record) != "errored":
             runs.append(t)
-        elif t.number >= count_from and t.state == TrialState.FAIL:
-            hits[error_signature(str(record.get("reason", "")))].append((t, str(record.get("reason"))))
+        elif t.state == TrialState.FAIL and record.get(PLAN_EPOCH_ATTR, 0) == epoch:
+            hits[error_signature(str(record.get("reason", "")))][str(t.user_attrs.get("key"))] = t
     planned = [t for t in trials if "key" in t.user_attrs]
+    last_run = max((t.datetime_complete for t in runs if t.datetime_complete), default=None)
     stops = []
-    for signature, hit in hits.items():
-        if len(hit) < repeats:
-            continue
-        scope = _scope([t for t, _ in hit], runs)
+    for signature, by_key in hits.items():
+        hit = list(by_key.values())
+        scope = _scope(hit, runs) if len(hit) >= repeats else None
         if scope is not None and all(Stop(signature, 0, "", scope).covers(t) for t in planned):
             scope = None  # it covers every planned trial: say so
-        stops.append(Stop(signature, len(hit), hit[-1][1], scope))
+        if scope is None and last_run is not None:  # the study's: only errors since the last run
+            hit = [t for t in hit if t.datetime_complete and t.datetime_complete > last_run]
+        if len(hit) >= repeats:
+            stops.append(Stop(signature, len(hit), str(hit[-1].user_attrs["record"].get("reason")), scope))
     return stops
 
 
@@ -116,4 +122,9 @@ def _scope(hit: list[FrozenTrial], runs: list[FrozenTrial]) -> dict[str, str] | 
 def study_stops(study: Any, trials: list[FrozenTrial] | None = None) -> list[Stop]:
     """The repeated errors that stop (part of) a stored study now."""
     trials = study.get_trials(deepcopy=False) if trials is None else trials
-    return repeated_errors(trials, int(study.user_attrs.get(COUNT_FROM_ATTR, 0)))
+    return repeated_errors(trials, plan_epoch(study))
+
+
+def plan_epoch(study: Any) -> int:
+    """How many reruns planned the study's errored trials again (0: none yet)."""
+    return int(study.user_attrs.get(PLAN_EPOCH_ATTR, 0))

@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from suite.config.sweep import SweepSpec
 from suite.config.task import TaskSpec
@@ -24,7 +25,7 @@ from suite.study.memory import release, reset_peak, trimming
 from suite.study.plan import held_keys, proposing_sampler, replicate_plans, retry_attrs, trial_attrs
 from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
 from suite.study.records import outcome, run_key
-from suite.study.repeated_errors import Stop, study_stops
+from suite.study.repeated_errors import PLAN_EPOCH_ATTR, Stop, plan_epoch, study_stops
 from suite.study.storage import HEARTBEAT_ENV
 from suite.study.supervise import WORKER_ATTR, idle_wait, stop_point, stops_allowed, stops_held
 from suite.study.trial_progress import TrialProgress
@@ -77,7 +78,7 @@ def proposals_made(trials: list[optuna.trial.FrozenTrial]) -> int:
     return settings_proposed(trials) + sum(REPEATED_ATTR in t.user_attrs for t in trials)
 
 
-def _stopped_by(stops: list[Stop]) -> Any:
+def _stopped_by(stops: list[Stop]) -> Callable[[FrozenTrial], bool] | None:
     """The queued trials a worker must not take: those a repeated error covers (None: none)."""
     if not stops:
         return None
@@ -128,10 +129,12 @@ def work(
                 stop_point()  # a stop held during the last outcome: take no new trial
                 with queue_lock(study):
                     fail_dead_trials(study)
-                    stops = study_stops(study)  # what errors that repeat stopped: never started again
+                    trials = study.get_trials(deepcopy=False)  # read under the lock: no pop or tell between
+                    stops = study_stops(study, trials)  # what errors that repeat stopped: never started again
                     trial = pop_planned(study, _stopped_by(stops))
-                    trials = study.get_trials(deepcopy=False)
-                    proposing = sweep.adaptive and not any(s.scope is None for s in stops)
+                    # TPE proposes no setting past a stop: it could fall in the stop's scope, and
+                    # Optuna's ask() would pop a stopped trial first.
+                    proposing = sweep.adaptive and not stops
                     if trial is None and proposing and settings_proposed(trials) < sweep.budget:
                         trial = _propose(study, task.spec, sweep)
                     if trial is not None and stamp.get("worker"):  # `run` names it if this worker dies
@@ -218,8 +221,10 @@ def _tell(study: optuna.Study, trial: optuna.Trial, record: dict[str, Any], base
         trial = _claim_twin(study, trial)
         if trial is None:  # another worker already runs it again (or told it): its record will come
             return
-    trial.set_user_attr("record", record)
     kind = outcome(record)
+    if kind == "errored":  # which plan's errors it counts among (suite.study.repeated_errors)
+        record = {**record, PLAN_EPOCH_ATTR: plan_epoch(study)}
+    trial.set_user_attr("record", record)
     if kind == "pruned":
         study.tell(trial, state=TrialState.PRUNED)
     elif kind == "errored":

@@ -5,6 +5,7 @@ same command after the fix trains every trial. An error confined to one setting 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import optuna
@@ -28,13 +29,18 @@ def test_a_signature_drops_numbers_paths_and_the_location() -> None:
     )
 
 
-def _trial(number: int, size: int, setting: dict, reason: str | None) -> optuna.trial.FrozenTrial:
-    """A stored trial: errored with `reason`, or a run (reason None)."""
-    record = {"outcome": "errored", "reason": reason} if reason else {"outcome": "succeeded", "score": 0.7}
+def _trial(
+    number: int, size: int, setting: dict, reason: str | None, epoch: int = 0
+) -> optuna.trial.FrozenTrial:
+    """A stored trial, ended at second `number`: errored with `reason` in plan `epoch`, or a run."""
+    record = (
+        {"outcome": "errored", "reason": reason, "plan_epoch": epoch} if reason else {"outcome": "succeeded"}
+    )
     state = TrialState.FAIL if reason else TrialState.COMPLETE
     attrs = {"key": f"k{number}", "size": size, "setting": setting, "record": record}
     trial = create_trial(state=state, value=None if reason else 0.7, user_attrs=attrs)
     trial.number = number
+    trial.datetime_complete = datetime(2026, 1, 1) + timedelta(seconds=number)
     return trial
 
 
@@ -52,10 +58,33 @@ def test_an_error_of_one_setting_stops_that_setting_and_one_of_all_stops_the_stu
     assert stop.covers(_trial(9, 64, {"batch_size": 64, "lr": 4}, None))
     assert not stop.covers(_trial(9, 64, {"batch_size": 16, "lr": 4}, None))
     assert repeated_errors(trials[:2]) == []  # two errors are not yet a repeat
-    assert repeated_errors(trials, count_from=1) == []  # errors before the last plan do not count
-    # A run of batch 64 exists: the error is not the setting's, so it stops everything.
-    everywhere = [*trials, _trial(4, 64, {"batch_size": 64, "lr": 9}, None)]
-    assert repeated_errors(everywhere)[0].scope is None
+    assert repeated_errors(trials, epoch=1) == []  # errors of an earlier plan do not count
+    # A run of batch 64 ended before them: the error is not the setting's, so it stops the study
+    # (the three came in a row, after the last run).
+    everywhere = [
+        _trial(-2, 64, {"batch_size": 16, "lr": 1}, None),
+        _trial(-1, 64, {"batch_size": 64, "lr": 9}, None),
+    ]
+    assert repeated_errors([*everywhere, *trials[:3]])[0].scope is None
+
+
+def test_errors_spread_among_runs_stop_nothing_and_a_retry_is_not_another_trial() -> None:
+    """Three transient faults of one signature between runs of the same settings: not in a row, so
+    no stop; one trial's two attempts count once."""
+    fault = "error: RuntimeError: CUDA error: an illegal memory access was encountered (trial.py:1)"
+    spread = []
+    for i in range(3):
+        spread += [_trial(2 * i, 64, {"lr": 1}, fault), _trial(2 * i + 1, 64, {"lr": 1}, None)]
+    assert repeated_errors(spread) == []
+    retried = [
+        _trial(0, 64, {"lr": 1}, fault),
+        _trial(1, 64, {"lr": 1}, fault),
+        _trial(2, 64, {"lr": 2}, fault),
+    ]
+    retried[1].user_attrs["key"] = "k0"  # the second attempt of the first trial
+    assert repeated_errors(retried) == []
+    in_a_row = [*spread, *(_trial(10 + i, 64, {"lr": 1}, fault) for i in range(3))]
+    assert repeated_errors(in_a_row)[0].count == 3
 
 
 REPEATS_IN_SWEEP = 6
@@ -88,7 +117,9 @@ def test_an_error_on_every_trial_stops_the_study_after_three_and_a_rerun_trains_
     _crash_everywhere(monkeypatch)
     folder = run_tiny(tiny_task, tiny_models["bert"], expect=1)
     out, err = capsys.readouterr()
-    assert len(_trained(trace)) == REPEATS  # no trial started once three shared the error
+    # No trial started once three planned trials shared the error (a retry may have been among the
+    # trainings: one trial's two attempts count once).
+    assert len(set(_trained(trace))) == REPEATS and len(_trained(trace)) < 2 * REPEATS
     stopped = [line for line in err.splitlines() if line.startswith("stopped")]
     assert len(stopped) == 1 and "every trial" in stopped[0] and "illegal memory access" in stopped[0]
     assert "rerun the same command" in stopped[0]
@@ -96,8 +127,12 @@ def test_an_error_on_every_trial_stops_the_study_after_three_and_a_rerun_trains_
     records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
     unstarted = REPEATS_IN_SWEEP - len({r["key"] for r in records})  # a retry may be among the three
     assert f"{unstarted} planned trials not started" in stopped[0]
-    assert len(records) == REPEATS and all(outcome(r) == "errored" for r in records)
+    assert len({r["key"] for r in records}) == REPEATS and all(outcome(r) == "errored" for r in records)
     assert all("Traceback" in r["trace"] and "illegal memory access" in r["trace"] for r in records)
+
+    trace.unlink()  # the same command without a fix: three more trainings, and the same stop
+    run_tiny(tiny_task, tiny_models["bert"], expect=1)
+    assert len(set(_trained(trace))) == REPEATS and capsys.readouterr().err.count("stopped every trial") == 1
 
     monkeypatch.undo()  # the fix; the same command trains every trial, the errored ones again
     monkeypatch.setenv("SUITE_TRACE", str(trace))
@@ -125,4 +160,5 @@ def test_an_error_of_one_setting_stops_that_setting_only(
     records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
     by_lr = {lr: [r for r in records if r["hparams"]["lr"] == lr] for lr in (1e-3, 2e-3)}
     assert len(by_lr[1e-3]) == 4 and all(outcome(r) != "errored" for r in by_lr[1e-3])
-    assert len(by_lr[2e-3]) == REPEATS and all(outcome(r) == "errored" for r in by_lr[2e-3])
+    bad = by_lr[2e-3]
+    assert len({r["key"] for r in bad}) == REPEATS and all(outcome(r) == "errored" for r in bad)
