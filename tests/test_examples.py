@@ -112,3 +112,64 @@ def test_eval_noise_recovers_a_known_split_of_the_between_run_variance() -> None
     assert abs(found["share"] - truth) < 0.1 and found["dominates"] == "seeds (training)"
     assert eval_noise(_noise_records(flips), "f1") is None  # F1 is not a mean of 0/1 outcomes
     assert eval_noise(_noise_records(flips[:2]), "accuracy") is None
+
+
+def _one_run_at_a_time(record: dict, metric: str, num_labels: int) -> dict:
+    """The straightforward bootstrap the vectorised one replaced: RESAMPLES index draws from one
+    generator seeded 0, each resample's score recomputed from its examples."""
+    from suite.model.metrics import classification_scores
+    from suite.stats.estimates.examples import RESAMPLES
+
+    per = {k: np.asarray(v) for k, v in record["per_example"].items()}
+    n = len(next(iter(per.values())))
+    rng = np.random.default_rng(0)
+    draws = []
+    for _ in range(RESAMPLES):
+        i = rng.integers(0, n, n)
+        if "label" in per:
+            draws.append(
+                classification_scores([metric], per["label"][i], per["prediction"][i], num_labels)[metric]
+            )
+        elif "gold" in per:
+            denominator = per["predicted"][i].sum() + per["gold"][i].sum()
+            draws.append(2 * per["correct"][i].sum() / denominator if denominator else 0.0)
+        else:
+            draws.append(per[metric][i].mean())
+    return {"se": np.std(draws, ddof=1), "ci95": np.percentile(draws, [2.5, 97.5]).tolist(), "examples": n}
+
+
+@pytest.mark.parametrize(
+    ("kind", "metric", "num_labels"),
+    [("class", "accuracy", 2), ("class", "f1", 2), ("class", "matthews", 3), ("class", "f1", 3),
+     ("ner", "entity_f1", 2), ("qa", "f1", 2), ("qa", "exact_match", 2)],
+)  # fmt: skip
+def test_all_runs_at_once_equal_one_run_at_a_time(kind: str, metric: str, num_labels: int) -> None:
+    """dev_sampling_errors scores every run's resamples in one matrix product; each run's SE and
+    interval equal the one-run bootstrap's to 1e-12 (runs of two dev-set sizes, one with no
+    per-example outcomes, one diverged)."""
+    from suite.stats.estimates import dev_sampling_errors
+
+    rng = np.random.default_rng(3)
+
+    def per_example(n: int) -> dict:
+        if kind == "class":
+            labels = rng.integers(0, num_labels, n)
+            shown = np.where(rng.random(n) < 0.7, labels, rng.integers(0, num_labels, n))
+            return {"label": labels.tolist(), "prediction": shown.tolist()}
+        if kind == "ner":
+            correct = rng.integers(0, 3, n)
+            return {
+                "correct": correct.tolist(),
+                **{k: (correct + rng.integers(0, 2, n)).tolist() for k in ("predicted", "gold")},
+            }
+        return {"exact_match": rng.integers(0, 2, n).tolist(), "f1": rng.random(n).tolist()}
+
+    records = [{"score": 0.5, "per_example": per_example(n)} for n in (40, 40, 40, 23)]
+    records += [{"score": 0.5}, {"score": None, "per_example": per_example(40)}]
+    found = dev_sampling_errors(records, metric, num_labels)
+    assert found[-2:] == [None, None]
+    for record, got in zip(records[:-2], found[:-2], strict=True):
+        want = _one_run_at_a_time(record, metric, num_labels)
+        assert got["examples"] == want["examples"]
+        assert got["se"] == pytest.approx(want["se"], abs=1e-12)
+        assert got["ci95"] == pytest.approx(want["ci95"], abs=1e-12)

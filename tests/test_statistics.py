@@ -316,3 +316,34 @@ def test_no_interval_in_a_summary_has_zero_width() -> None:
     assert tied["intervals"]["median"]["method"].startswith("the median is 0.527")
     assert tied["intervals"]["failure_rate"]["ci95"][1] == 1.0  # every run failed: [exact bound, 1]
     assert summarize(studies["8 of 12 failed"][0], resamples=300)["intervals"]["median"]["ci95"][1] > b
+
+
+def test_normal_max_sd_equals_adaptive_quadrature() -> None:
+    """The trapezoidal grid, all n at once, against scipy's adaptive quadrature of the max of n
+    normals' density one n at a time (the way it was computed before), to 1e-9."""
+    from scipy import integrate
+
+    from suite.stats.estimates.expected_maximum import normal_max_sd
+
+    def one(n: int) -> float:
+        pdf = lambda x, p: x**p * n * stats.norm.pdf(x) * stats.norm.cdf(x) ** (n - 1)  # noqa: E731
+        m1, m2 = (integrate.quad(pdf, -12, 12, args=(p,))[0] for p in (1, 2))
+        return math.sqrt(max(m2 - m1**2, 0.0))
+
+    ns = [1, 2, 3, 5, 10, 20, 50, 137, 1000, 10_000, 100_000]
+    assert normal_max_sd(ns) == pytest.approx([one(n) for n in ns], abs=1e-9)
+    assert normal_max_sd([2])[0] ** 2 == pytest.approx(1 - 1 / math.pi, abs=1e-9)  # Var(max of 2 normals)
+
+
+def test_expected_max_at_some_n_equals_the_whole_curve_there() -> None:
+    """`at` computes only the points asked for (those up to n_max): each is the whole curve's
+    point, its interval included, inside our 12 runs and past them (the lower bound)."""
+    records = grid_records(np.random.default_rng(5).normal(0.7, 0.02, (1, 4, 3)))  # 12 runs
+    whole = expected_max(records, n_max=15, resamples=200)
+    some = expected_max(records, n_max=15, resamples=200, at=[1, 5, 12, 15, 40])
+    assert [p["n"] for p in some] == [1, 5, 12, 15]
+    for point in some:  # to the last bits: a matrix product of another width sums in another order
+        want = whole[point["n"] - 1]
+        assert point.keys() == want.keys() and point["extrapolated"] == (point["n"] > 12)
+        for key, value in point.items():
+            assert value == (want[key] if isinstance(value, str) else pytest.approx(want[key], abs=1e-12))

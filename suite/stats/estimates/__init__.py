@@ -11,6 +11,7 @@ from suite.stats.estimates.example_metrics import PerExample, mean_scores, per_e
 from suite.stats.estimates.examples import (
     agreement,
     dev_sampling_error,
+    dev_sampling_errors,
     eval_noise,
     example_summary,
     fleiss_kappa,
@@ -51,6 +52,7 @@ __all__ = [
     "bootstrap_ci",
     "design_bootstrap",
     "dev_sampling_error",
+    "dev_sampling_errors",
     "eval_noise",
     "example_summary",
     "expected_max",

@@ -25,84 +25,129 @@ from suite.study.records import TrialRecord, finite_scores, score, scored
 RESAMPLES = 1000
 
 
-def _score_fn(per_example: dict[str, list], metric: str, num_labels: int) -> Callable[[np.ndarray], float]:
-    """The run's metric recomputed on a subset (index array) of its dev examples."""
-    if "label" in per_example:  # classification or regression
-        labels, predictions = np.asarray(per_example["label"]), np.asarray(per_example["prediction"])
-        if metric in FROM_CONFUSION:
-            return lambda i: FROM_CONFUSION[metric](confusion(labels[i], predictions[i], num_labels))
-        # Here, not at the top: scikit-learn (and pandas) load in ~1.5 s, and every user of the
-        # estimates layer (`suite compare`, `suite leaderboard`) would pay it on import.
-        from suite.model.metrics import classification_scores
+def _sklearn_score_fn(
+    per_example: dict[str, list], metric: str, num_labels: int
+) -> Callable[[np.ndarray], float]:
+    """A class metric without a confusion-count formula (e.g. a regression's correlation),
+    recomputed by scikit-learn on a subset (index array) of the run's dev examples."""
+    # Here, not at the top: scikit-learn (and pandas) load in ~1.5 s, and every user of the
+    # estimates layer (`suite compare`, `suite leaderboard`) would pay it on import.
+    from suite.model.metrics import classification_scores
 
-        return lambda i: classification_scores([metric], labels[i], predictions[i], num_labels)[metric]
-    if "gold" in per_example:  # NER: micro entity F1 from summed counts
-        counts = {k: np.asarray(v, dtype=float) for k, v in per_example.items()}
-
-        def entity_f1(i: np.ndarray) -> float:
-            denominator = counts["predicted"][i].sum() + counts["gold"][i].sum()
-            return float(2 * counts["correct"][i].sum() / denominator) if denominator else 0.0
-
-        return entity_f1
-    values = np.asarray(per_example[metric], dtype=float)  # QA: a mean over questions
-    return lambda i: float(values[i].mean())
+    labels, predictions = np.asarray(per_example["label"]), np.asarray(per_example["prediction"])
+    return lambda i: classification_scores([metric], labels[i], predictions[i], num_labels)[metric]
 
 
 # A bootstrap scores 1,000 resamples per run. scikit-learn checks its inputs on every call (~1.7 ms:
 # 1.7 s per run, most of a small study's output time), so the class metrics a resample needs are
 # computed here from its confusion counts, as scikit-learn computes them (tests/test_examples.py
-# holds them to scikit-learn's on random resamples).
+# holds them to scikit-learn's on random resamples). Each takes counts [true, predicted, ...]: one
+# table or every resample of every run at once, the classes leading so that sums over them are
+# whole-array additions.
 def confusion(labels: np.ndarray, predictions: np.ndarray, num_labels: int) -> np.ndarray:
     """counts[true, predicted] over the classes 0..num_labels-1."""
     k = num_labels
     return np.bincount(labels.astype(int) * k + predictions.astype(int), minlength=k * k).reshape(k, k)
 
 
-def _accuracy(counts: np.ndarray) -> float:
-    return float(np.trace(counts) / counts.sum())
+def _accuracy(counts: np.ndarray) -> np.ndarray:
+    return sum(counts[i, i] for i in range(len(counts))) / counts.sum((0, 1))
 
 
-def _f1(counts: np.ndarray) -> float:
+def _f1(counts: np.ndarray) -> np.ndarray:
     """Binary F1 of class 1 for two classes, macro F1 otherwise (suite.model.metrics' choice);
     0 where a class is neither true nor predicted (zero_division=0)."""
-    true, predicted, hits = counts.sum(axis=1), counts.sum(axis=0), np.diag(counts)
+    true, predicted = counts.sum(1), counts.sum(0)
+    hits = np.stack([counts[i, i] for i in range(len(counts))])
     denominator = (true + predicted).astype(float)
-    per_class = np.divide(2.0 * hits, denominator, out=np.zeros(len(hits)), where=denominator > 0)
-    return float(per_class[1]) if len(hits) == 2 else float(per_class.mean())
+    per_class = np.divide(2.0 * hits, denominator, out=np.zeros(denominator.shape), where=denominator > 0)
+    return per_class[1] if len(counts) == 2 else per_class.mean(0)
 
 
-def _matthews(counts: np.ndarray) -> float:
-    true, predicted = counts.sum(axis=1, dtype=np.float64), counts.sum(axis=0, dtype=np.float64)
-    right, n = np.trace(counts, dtype=np.float64), counts.sum(dtype=np.float64)
-    covariance = right * n - np.dot(true, predicted)
-    spread = (n * n - np.dot(predicted, predicted)) * (n * n - np.dot(true, true))
-    return 0.0 if spread == 0 else float(covariance / np.sqrt(spread))
+def _matthews(counts: np.ndarray) -> np.ndarray:
+    counts = counts.astype(np.float64)
+    true, predicted = counts.sum(1), counts.sum(0)
+    right, n = sum(counts[i, i] for i in range(len(counts))), counts.sum((0, 1))
+    covariance = right * n - (true * predicted).sum(0)
+    spread = (n * n - (predicted * predicted).sum(0)) * (n * n - (true * true).sum(0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(spread == 0, 0.0, covariance / np.sqrt(spread))
 
 
-FROM_CONFUSION: dict[str, Callable[[np.ndarray], float]] = {
+FROM_CONFUSION: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "accuracy": _accuracy,
     "f1": _f1,
     "matthews": _matthews,
 }
+CHUNK = 512  # runs scored at once: their resampled counts stay ~20 MB
 
 
 def dev_sampling_error(
     record: TrialRecord, metric: str, num_labels: int = 2, seed: int = 0
 ) -> dict[str, Any] | None:
     """The standard error and 95% interval of one run's score over resampled dev examples."""
-    per_example = record.get("per_example")
-    if not per_example or not np.isfinite(score(record)):
-        return None
-    recompute = _score_fn(per_example, metric, num_labels)
-    n = len(next(iter(per_example.values())))
-    rng = np.random.default_rng(seed)
-    draws = np.array([recompute(rng.integers(0, n, n)) for _ in range(RESAMPLES)])
-    return {
-        "se": float(draws.std(ddof=1)),
-        "ci95": [float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))],
-        "examples": n,
-        "unit": "dev examples (one run)",
-    }
+    return dev_sampling_errors([record], metric, num_labels, seed)[0]
+
+
+def dev_sampling_errors(
+    records: Sequence[TrialRecord], metric: str, num_labels: int = 2, seed: int = 0
+) -> list[dict[str, Any] | None]:
+    """`dev_sampling_error` of each record (None where it has no per-example outcomes or no
+    score). Every run of n examples is resampled with the same RESAMPLES draws (one generator
+    seeded `seed`), so the runs are scored together: each resample's counts are its draws'
+    multiplicities times the runs' per-example outcomes, one matrix product for all runs."""
+    out: list[dict[str, Any] | None] = [None] * len(records)
+    by_size: dict[int, list[int]] = {}
+    for j, r in enumerate(records):
+        if (per := r.get("per_example")) and np.isfinite(score(r)):
+            by_size.setdefault(len(next(iter(per.values()))), []).append(j)
+    for n, members in by_size.items():
+        draws = _draws([records[j]["per_example"] for j in members], metric, num_labels, n, seed)
+        se = draws.std(ddof=1, axis=1)
+        low, high = np.percentile(draws, [2.5, 97.5], axis=1)
+        for j, *found in zip(members, se, low, high, strict=True):
+            e, lo, hi = map(float, found)
+            out[j] = {"se": e, "ci95": [lo, hi], "examples": n, "unit": "dev examples (one run)"}
+    return out
+
+
+def _draws(
+    per_examples: list[dict[str, list]], metric: str, num_labels: int, n: int, seed: int
+) -> np.ndarray:
+    """(runs, RESAMPLES): each run's score on each resample of its n dev examples."""
+    picks = np.random.default_rng(seed).integers(0, n, (RESAMPLES, n))  # one resample a row
+    if "label" in per_examples[0] and metric not in FROM_CONFUSION:
+        fns = [_sklearn_score_fn(p, metric, num_labels) for p in per_examples]
+        return np.array([[fn(i) for i in picks] for fn in fns])
+    rows = np.arange(RESAMPLES)[:, None] * n
+    weights = np.bincount((picks + rows).ravel(), minlength=RESAMPLES * n).reshape(RESAMPLES, n).astype(float)
+    parts = [
+        _scored(per_examples[i : i + CHUNK], metric, num_labels, weights)
+        for i in range(0, len(per_examples), CHUNK)
+    ]
+    return np.concatenate(parts)
+
+
+def _scored(
+    per_examples: list[dict[str, list]], metric: str, num_labels: int, weights: np.ndarray
+) -> np.ndarray:
+    """(runs, RESAMPLES) scores from the resamples' multiplicities `weights` (RESAMPLES, n)."""
+
+    def stacked(key: str) -> np.ndarray:  # (n, runs)
+        return np.array([p[key] for p in per_examples], dtype=float).T
+
+    if "label" in per_examples[0]:  # confusion counts of every resample of every run: one product
+        k = num_labels
+        codes = (stacked("label") * k + stacked("prediction")).astype(int)
+        cells = (codes[:, None, :] == np.arange(k * k)[:, None]).reshape(len(codes), -1)  # (n, cell x run)
+        # float32 holds counts up to 2^24 exactly, at half float64's time and memory
+        counts = (weights.astype(np.float32) @ cells.astype(np.float32)).astype(float)
+        return FROM_CONFUSION[metric](np.moveaxis(counts.reshape(len(weights), k, k, -1), 0, 2)).T
+    if "gold" in per_examples[0]:  # NER: micro entity F1 from summed counts
+        correct, predicted, gold = (weights @ stacked(key) for key in ("correct", "predicted", "gold"))
+        denominator = predicted + gold
+        return np.divide(2 * correct, denominator, out=np.zeros(denominator.shape), where=denominator > 0).T
+    return (weights @ stacked(metric) / weights.shape[1]).T  # QA: a mean over questions
 
 
 def correctness(record: TrialRecord) -> np.ndarray | None:
@@ -183,7 +228,7 @@ def eval_noise(records: Sequence[TrialRecord], metric: str) -> dict[str, Any] | 
 def example_summary(records: Sequence[TrialRecord], metric: str, num_labels: int = 2) -> dict[str, Any]:
     """Per setting: the typical dev-set sampling error of one run next to the spread across
     seeds, and the agreement of the runs, so a reader sees which of the two dominates."""
-    errors = [e["se"] for r in records if (e := dev_sampling_error(r, metric, num_labels)) is not None]
+    errors = [e["se"] for e in dev_sampling_errors(records, metric, num_labels) if e is not None]
     scores = finite_scores(records)
     return {
         "dev_se_median": float(np.median(errors)) if errors else None,

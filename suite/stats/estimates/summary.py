@@ -111,7 +111,7 @@ def summarize(records: Sequence[TrialRecord], seed: int = 0, resamples: int = 20
         block: dict[str, Any] = dict(spread([r.get("score") for r in kept]))
         found = intervals(records, resamples, seed, exclude_failed=exclude)
         block["ci95_median"], block["ci95_mean"] = found["median"]["ci95"], found["mean"]["ci95"]
-        curve = [p for p in expected_max(kept, resamples=min(resamples, 1000), seed=seed) if p["n"] in SHOWN]
+        curve = expected_max(kept, resamples=min(resamples, 1000), seed=seed, at=SHOWN)
         block["expected_max"] = {str(p["n"]): p["mean"] for p in curve}
         # Its band: the std of the max of n runs drawn from ours (the curve's +-1 std).
         block["expected_max_std"] = {str(p["n"]): p["std"] for p in curve}

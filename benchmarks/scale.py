@@ -1,0 +1,195 @@
+"""What the output commands cost at 100 to 100,000 trials, this checkout against a base revision
+in the same run (benchmarks/scale_data.py builds the studies):
+
+    python -m benchmarks.scale [--sizes 100 1000 10000 100000 | --quick] [--base 60caea7]
+
+Per shape (`one`: one setting; `grid`: settings x seeds x sizes) and size, each command runs in a
+fresh interpreter: `leaderboard`, the run's summary (`format_summary`, the table `run` prints, on
+the stored study), `export`, `compare` (against a twin study of the same plan), `site` (on that
+leaderboard) and `report` (up to --report-max trials: it executes a notebook). Printed: wall
+seconds and the child's peak RSS (ru_maxrss, its waited-for children included), the ratios
+10,000/100 and 100,000/10,000, `compare`'s blocks (its pairwise work grows with the settings, not
+the trials) and the storage side (no target): enqueueing N trials and one worker's take at N queued.
+A command past --timeout prints as `>T`; the base's later sizes of that command are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.scale_data import build, seed_run, shape_plan
+
+COMMANDS = ("leaderboard", "summary", "export", "compare", "site", "report")
+SUMMARY = (
+    "import sys; from pathlib import Path; from suite.study.records import load_run; "
+    "from suite.config.task import TaskSpec; from suite.outputs.run_folder import format_summary; "
+    "info, records = load_run(sys.argv[1]); "
+    "print(format_summary(TaskSpec.model_validate(info['task']), records, Path(sys.argv[1])))"
+)
+TAKE = """
+import sys, time, optuna
+from benchmarks.pops import plan
+from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+url, n, takes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+name, enqueue_s = plan(url, n)
+study = optuna.load_study(study_name=name, storage=url)
+start = time.perf_counter()
+for _ in range(takes):  # a worker's take: put dead workers' trials back, pop one, end it
+    with queue_lock(study):
+        fail_dead_trials(study)
+        trial = pop_planned(study)
+    study.tell(trial, 0.0)
+print(enqueue_s, (time.perf_counter() - start) / takes)
+"""
+
+
+def timed(argv: list[str], code: Path, cwd: Path, timeout: float) -> tuple[float, float] | None:
+    """(seconds, peak RSS MB) of one command in a fresh interpreter on `code`; None past timeout."""
+    env = {**os.environ, "PYTHONPATH": str(code), "HF_HUB_OFFLINE": "1"}
+    start = time.perf_counter()
+    child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = start + timeout
+    while (done := os.wait4(child.pid, os.WNOHANG))[0] == 0:
+        if time.perf_counter() > deadline:
+            child.kill()
+            child.wait()
+            return None
+        time.sleep(0.02)
+    seconds = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(done[1])
+    if child.returncode:
+        raise RuntimeError(
+            f"{' '.join(argv)} on {code}: exit {child.returncode}: {child.stderr.read().decode()[-800:]}"
+        )
+    return seconds, done[2].ru_maxrss / 1024
+
+
+def command_line(name: str, folder: Path, twin: Path, out: Path) -> list[str]:
+    suite = [sys.executable, "-m", "suite"]
+    return {
+        "leaderboard": [*suite, "leaderboard", str(folder), "-o", str(out / "leaderboard.json")],
+        "summary": [sys.executable, "-c", SUMMARY, str(folder)],
+        "export": [*suite, "export", str(folder), "-o", str(out / "export.jsonl")],
+        "compare": [*suite, "compare", str(folder), str(twin)],
+        "site": [*suite, "site", str(out / "leaderboard.json"), "-o", str(out / "site")],
+        "report": [*suite, "report", str(folder)],
+    }[name]
+
+
+def measure(args: argparse.Namespace, codes: dict[str, Path], seed_folder: Path) -> dict[tuple, tuple | None]:
+    """(code, shape, n, command) -> (seconds, MB) or None (past the timeout or not run)."""
+    results: dict[tuple, tuple | None] = {}
+    for shape in args.shapes:
+        for n in args.sizes:
+            folder, twin = (build(args.data, seed_folder, shape, n, t) for t in (False, True))
+            for label, code in codes.items():
+                out = Path(tempfile.mkdtemp(prefix=f"scale-{label}-"))
+                for name in COMMANDS:
+                    smaller = [results.get((label, shape, m, name), ()) for m in args.sizes if m < n]
+                    if (name == "report" and n > args.report_max) or any(r is None for r in smaller):
+                        results[label, shape, n, name] = None
+                        continue
+                    got = timed(command_line(name, folder, twin, out), code, out, args.timeout)
+                    results[label, shape, n, name] = got
+                    cell = f"{got[0]:.2f} s {got[1]:.0f} MB" if got else f">{args.timeout:.0f} s"
+                    print(f"  {label:5s} {shape:4s} {n:>7,} {name:11s} {cell}", flush=True)
+    return results
+
+
+def table(args: argparse.Namespace, codes: dict[str, Path], results: dict[tuple, tuple | None]) -> None:
+    """Per shape: one row per command and code, a column per size, then the ratios."""
+    pairs = [(a, b) for a, b in ((100, 10_000), (10_000, 100_000)) if a in args.sizes and b in args.sizes]
+
+    def cell(label: str, shape: str, n: int, name: str) -> str:
+        got = results.get((label, shape, n, name))
+        skipped = name == "report" and n > args.report_max
+        return f"{got[0]:7.2f} s {got[1]:5.0f} MB" if got else ("-" if skipped else f">{args.timeout:.0f} s")
+
+    def ratio(label: str, shape: str, name: str, a: int, b: int) -> str:
+        x, y = results.get((label, shape, b, name)), results.get((label, shape, a, name))
+        return f"{x[0] / y[0]:.1f}x" if x and y else "-"
+
+    for shape in args.shapes:
+        print(f"\nshape {shape}: seconds and peak RSS per command")
+        for n in args.sizes:
+            print(f"  {_shape_line(shape, n)}")
+        print(
+            f"{'':17s}"
+            + "".join(f"{n:>18,}" for n in args.sizes)
+            + "".join(f"{f'{b}/{a}':>13s}" for a, b in pairs)
+        )
+        for name in COMMANDS:
+            for label in codes:
+                row = "".join(f"{cell(label, shape, n, name):>18s}" for n in args.sizes)
+                print(
+                    f"{name:11s} {label:5s}{row}"
+                    + "".join(f"{ratio(label, shape, name, a, b):>13s}" for a, b in pairs)
+                )
+
+
+def _shape_line(shape: str, n: int) -> str:
+    sizes, settings, seeds = shape_plan(shape, n)
+    blocks = len(sizes) * len(settings)
+    plan = f"{len(sizes)} sizes x {len(settings)} settings x {seeds} seeds"
+    return f"{n:,} trials: {plan} ({blocks} compare blocks)"
+
+
+def storage(args: argparse.Namespace, codes: dict[str, Path]) -> None:
+    print("\nstorage (SQLite, no target): enqueue N planned trials; one worker's take with N queued")
+    for label, code in codes.items():
+        for n in (m for m in args.sizes if m <= 10_000):
+            with tempfile.TemporaryDirectory() as tmp:
+                url = f"sqlite:///{tmp}/queue.db"
+                env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{Path(__file__).parent.parent}"}
+                line = subprocess.run(
+                    [sys.executable, "-c", TAKE, url, str(n), "20"],
+                    env=env,
+                    cwd=tmp,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout.split()
+                print(
+                    f"  {label:5s} {n:>7,} trials: enqueued in {float(line[0]):7.2f} s, "
+                    f"a take {1000 * float(line[1]):7.1f} ms"
+                )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1_000, 10_000, 100_000])
+    parser.add_argument("--quick", action="store_true", help="sizes 100 and 1,000")
+    parser.add_argument("--shapes", nargs="+", default=["one", "grid"], choices=["one", "grid"])
+    parser.add_argument("--base", default="60caea7", help="git revision to compare with ('' for none)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per command")
+    parser.add_argument("--report-max", type=int, default=10_000, help="largest study `report` runs on")
+    parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "scale-data")
+    parser.add_argument("--no-storage", action="store_true")
+    args = parser.parse_args()
+    args.sizes = [100, 1_000] if args.quick else sorted(args.sizes)
+    here = Path(__file__).resolve().parent.parent
+    codes = {"this": here}
+    if args.base:
+        base = args.data / f"base-{args.base}"
+        if not base.is_dir():
+            subprocess.run(
+                ["git", "-C", str(here), "worktree", "add", "--detach", str(base), args.base], check=True
+            )
+        codes["base"] = base
+    seed_folder = seed_run(args.data / "seed")
+    print(f"{sys.executable}; this = {here}, base = {args.base or 'none'}; sizes {args.sizes}")
+    results = measure(args, codes, seed_folder)
+    table(args, codes, results)
+    if not args.no_storage:
+        storage(args, codes)
+
+
+if __name__ == "__main__":
+    main()
