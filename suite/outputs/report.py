@@ -3,7 +3,9 @@ Jupyter kernel (nbclient), and save the executed .ipynb and an HTML export next 
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from suite.config.resources import shipped_dir
 from suite.errors import SuiteError
@@ -14,7 +16,6 @@ TEMPLATE = shipped_dir("analysis") / "variance_report.ipynb"  # shipped inside t
 def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) -> tuple[Path, Path]:
     import nbformat
     from jupyter_client.kernelspec import NoSuchKernel
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
     from nbconvert import HTMLExporter
 
@@ -31,11 +32,8 @@ def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) 
     for cell in notebook.cells:  # papermill-style: the `parameters` cell gets the run folder
         if "parameters" in cell.get("metadata", {}).get("tags", []):
             cell.source = f"RUN_DIR = {str(run_dir)!r}"
-    client = NotebookClient(
-        notebook, timeout=timeout_s, kernel_name="python3", resources={"metadata": {"path": str(run_dir)}}
-    )
     try:
-        client.execute()
+        _execute(notebook, run_dir, timeout_s)
     except CellExecutionError as err:
         raise SuiteError(
             f"{template.name}: a report cell failed: {str(err).strip().splitlines()[-1]}"
@@ -59,3 +57,23 @@ def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) 
     page = run_dir / "report.html"
     page.write_text(html, encoding="utf-8")
     return executed, page
+
+
+def _execute(notebook: Any, run_dir: Path, timeout_s: int) -> None:
+    """Run every cell in a kernel reached over Unix sockets in a private folder (IPC), not local
+    TCP ports: nothing listens on the network, and ipykernel prints no "running over TCP without
+    encryption" warning before the report's own lines."""
+    from nbclient import NotebookClient
+    from traitlets.config import Config
+
+    with tempfile.TemporaryDirectory(prefix="suite-kernel-") as sockets:
+        # nbclient's own kernel manager (it shuts the kernel down), configured for IPC
+        ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
+        client = NotebookClient(
+            notebook,
+            timeout=timeout_s,
+            kernel_name="python3",
+            config=ipc,
+            resources={"metadata": {"path": str(run_dir)}},
+        )
+        client.execute()
