@@ -85,3 +85,18 @@ def test_site_of_a_folder_that_is_no_run_folder_is_one_line(tmp_path: Path, caps
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "a folder without trials.jsonl" in err and "Traceback" not in err
     assert not (tmp_path / "site").exists()
+
+
+def test_the_report_opens_offline_with_curves_per_setting(inputs: list[Path], tmp_path: Path) -> None:
+    """The recipes study's report: no request beyond the file itself (`_browser` fails on one),
+    and its loss and dev curves drawn one panel per setting (tests/test_plots.py checks the panels)."""
+    run = inputs[2].parent
+    assert main(["report", str(run)]) == 0
+    assert "cdnjs" not in (run / "report.html").read_text()
+    with _browser((run / "report.html").resolve()) as view:
+        for heading in ("Loss curves per size and setting", "Dev curves per size and setting"):
+            section = view.locator(f"h2:has-text('{heading}')")
+            assert section.count() == 1
+            figure = section.locator("xpath=following::img[1]")
+            # one panel per recipe: three side by side (~1,330 px); one panel for all was ~600 px
+            assert figure.evaluate("img => img.naturalWidth") > 1000

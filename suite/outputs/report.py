@@ -17,7 +17,6 @@ def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) 
     import nbformat
     from jupyter_client.kernelspec import NoSuchKernel
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
-    from nbconvert import HTMLExporter
 
     from suite.outputs.leaderboard import write_leaderboard
 
@@ -53,7 +52,7 @@ def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) 
         ) from None
     executed = run_dir / "report.ipynb"
     nbformat.write(notebook, executed)
-    html, _ = HTMLExporter().from_notebook_node(notebook)
+    html, _ = _exporter().from_notebook_node(notebook)
     page = run_dir / "report.html"
     page.write_text(html, encoding="utf-8")
     return executed, page
@@ -77,3 +76,20 @@ def _execute(notebook: Any, run_dir: Path, timeout_s: int) -> None:
             resources={"metadata": {"path": str(run_dir)}},
         )
         client.execute()
+
+
+# nbconvert's lab page without the scripts it fetches from a CDN (require.js, MathJax, mermaid):
+# the report has no math, widget or diagram, and opens offline like the site, with no request.
+_OFFLINE_PAGE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+
+
+def _exporter() -> Any:
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+
+    loader = DictLoader({"offline.html.j2": _OFFLINE_PAGE})
+    return HTMLExporter(extra_loaders=[loader], template_file="offline.html.j2")
