@@ -148,10 +148,10 @@ CELLS = [
         "plots.display([(f'size {size}', plots.performance_profile(agg, f'size {size}')) for size, agg in aggregates.items() if isinstance(agg, dict)]\n"
         "              or aggregates.get('note', 'one task: nothing to aggregate across tasks'))"
     ),
-    new_markdown_cell("## Loss curves per size"),
+    new_markdown_cell("## Loss curves per size and setting"),
     new_code_cell("plots.display(plots.loss_curves(records))"),
     new_markdown_cell(
-        "## Dev curves per size\n\nEach epoch's dev score, drawn from what each epoch evaluated: the "
+        "## Dev curves per size and setting\n\nEach epoch's dev score, drawn from what each epoch evaluated: the "
         "task's curve sample (`curve_sample`: a fixed sample of the evaluation set, the same examples "
         "for every run; the title says which). Every statistic in this report uses the score on the "
         "whole evaluation set after the last epoch, not these points."

@@ -7,7 +7,8 @@ that makes two studies the same study.
   any work, naming what changed, because a result must carry everything that produced it.
 - The software stack (`software_stack`): the versions of every third-party library the pinned code
   imports (`STACK_DISTRIBUTIONS`; tests/test_identity.py walks the imports and fails on one that is not
-  listed), the CPU kernels torch dispatches to, the attention implementation and, on a GPU, the device.
+  listed; a head's or recipe's own library only where a trial can use it, `USED_WITH`), the CPU
+  kernels torch dispatches to, the attention implementation and, on a GPU, the device.
 - The pinned code (`pinned_modules`, `code_digest`): the suite modules a trial reaches through its
   imports, at the top of a module or inside a function, derived from `suite/training/trial.py` rather
   than listed by hand, so a new data reader or head is pinned the day it is imported.
@@ -172,6 +173,9 @@ STACK_DISTRIBUTIONS = (
     "optuna",  # the sweep's samplers and the trial's pruning
     "peft",  # LoRA (`adapter: lora`)
 )
+# Libraries only some trials run, with what makes a trial run them (`stack_uses`): in a study's stack
+# only where one of its trials can, so a peft release does not refuse a full fine-tuning study.
+USED_WITH = {"seqeval": "tagging", "pytorch-crf": "crf", "peft": "lora"}
 # Imported by pinned modules, yet their effect is in the fingerprint already: what they parse and
 # validate is fingerprinted as the validated values, and the bundled model's files are hashed.
 NOT_IN_STACK = {
@@ -189,6 +193,13 @@ def stack_fields(fingerprint: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in fingerprint.items() if k.startswith(STACK)}
 
 
+def unused_libraries(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """`stored` without the `USED_WITH` libraries the current plan does not hold: a study stored
+    when every library was in the stack is not refused for one its trials never ran."""
+    unused = {f"{STACK}{n}" for n in USED_WITH} - current.keys()
+    return {k: v for k, v in stored.items() if k not in unused}
+
+
 def version(distribution: str) -> str | None:
     """An installed distribution's version; None when it is not installed."""
     from importlib import metadata
@@ -199,15 +210,19 @@ def version(distribution: str) -> str | None:
         return None
 
 
-def software_stack(trainer: dict[str, Any], attention: str | None) -> dict[str, Any]:
-    """What decides a trial's numerics besides the spec: library versions, the CPU kernels torch
-    dispatches to, the attention implementation, and on a GPU the device and its precision flags."""
+def software_stack(
+    trainer: dict[str, Any], attention: str | None, uses: Iterable[str] = ()
+) -> dict[str, Any]:
+    """What decides a trial's numerics besides the spec: library versions (of `USED_WITH`'s only
+    those whose use is in `uses`), the CPU kernels torch dispatches to, the attention
+    implementation, and on a GPU the device and its precision flags."""
     import platform
 
     import torch
 
+    held = {*uses, "always"}
     stack: dict[str, Any] = {"python": platform.python_version()}
-    stack.update({name: version(name) for name in STACK_DISTRIBUTIONS})
+    stack.update({n: version(n) for n in STACK_DISTRIBUTIONS if USED_WITH.get(n, "always") in held})
     stack["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     stack["attention"] = attention
     if trainer.get("accelerator") == "gpu":

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -18,6 +19,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # here and in the suite processes they start, even on a CUDA host (`make test` there). Tests marked
 # `gpu` (`pytest -m gpu`) see the GPU: `_gpu_tests_see_the_gpu`.
 os.environ["SUITE_ACCELERATOR"] = "cpu"
+
+# Hypothesis draws: the same examples on every run by default, so CI cannot go red by chance;
+# `SUITE_HYPOTHESIS=wide` draws fresh ones each run (a failure prints its seed and blob: write it
+# into the test as an `@example`). docs/contributing.md.
+settings.register_profile("fixed", derandomize=True, database=None, print_blob=True)
+settings.register_profile("wide", derandomize=False, database=None, print_blob=True)
+settings.load_profile(os.environ.get("SUITE_HYPOTHESIS", "fixed"))
 
 ARCHITECTURES = ["bert", "roberta", "distilbert", "albert", "electra", "deberta-v2", "modernbert"]
 

@@ -10,6 +10,7 @@ A fixture stands in for the hub repository through the same `datasets.load_datas
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,44 @@ def test_list_says_where_each_tasks_data_comes_from(
         "hub nyu-mll/glue rte@main: needs the network or a cache; files glue/RTE once a data directory is set"
     )
     assert set(without) == {p.stem for p in (REPO / "tasks").glob("*.yaml")}
+
+
+def test_every_hub_task_maps_label_ids_to_names() -> None:
+    """Each catalog task (and every other parquet-branch task) names its hub's label ids, so a
+    parquet that carries no class names still reads names, never "0"/"1"."""
+    branch = [
+        p for p in (REPO / "tasks").glob("*.yaml") if "parquet" in str(_raw(p)["data"]["hub"].get("revision"))
+    ]
+    assert {p.stem for p in branch} >= set(CATALOG)
+    for path in branch:
+        spec = load_task(path, None)
+        ids = list(spec.data.hub.labels or {})
+        assert ids == [str(i) for i in range(len(ids))] and len(ids) >= 2, path.stem
+        assert not any(label.isdigit() for label in [*spec.labels, *spec.data.hub.labels.values()]), path.stem
+
+
+@pytest.mark.parametrize("task", ["mr", "few-nerd"])
+def test_a_parquet_without_class_names_reads_the_same_labels(task: str, tmp_path: Path) -> None:
+    """The fixture with its ClassLabel names stripped (plain integer ids, as a hub parquet may
+    be): the same labels as with them."""
+    import pyarrow.parquet as pq
+
+    from suite.model.encoders import load_tokenizer
+
+    named = _from_fixture(task, tmp_path)
+    raw = _raw(named)
+    plain = tmp_path / "plain"
+    shutil.copytree(raw["data"]["hub"]["path"], plain)
+    for file in plain.rglob("*.parquet"):
+        table = pq.read_table(file)
+        assert b"huggingface" in (table.schema.metadata or {})  # the features, ClassLabel names included
+        pq.write_table(table.replace_schema_metadata(None), file)
+    raw["data"]["hub"]["path"] = str(plain)
+    stripped = tmp_path / "stripped.yaml"
+    stripped.write_text(yaml.safe_dump(raw))
+    tokenizer = load_tokenizer("minilm-l6")
+    a, b = (prepare_task(load_task(p), None, tokenizer).data for p in (named, stripped))
+    if task == "few-nerd":  # tags, per token
+        assert [s.tags for s in a.sentences["dev"]] == [s.tags for s in b.sentences["dev"]]
+    else:
+        assert a.labels["dev"].tolist() == b.labels["dev"].tolist()

@@ -13,11 +13,13 @@ import optuna
 import pytest
 
 import suite.identity as identity
+from suite.config.sweep import SweepSpec, load_sweep
 from suite.config.task import load_task
 from suite.data.cache import cached
 from suite.heads.registry import prepare_task
 from suite.identity import NOT_IN_STACK, STACK, STACK_DISTRIBUTIONS, SUITE, imports_of, pinned_modules
-from tests.conftest import run_tiny
+from suite.study.setup import stack_uses
+from tests.conftest import REPO, run_tiny
 
 
 def _third_party() -> dict[str, set[str]]:
@@ -40,8 +42,31 @@ def test_the_stack_lists_every_library_the_pinned_code_imports() -> None:
     assert not unlisted, f"add to STACK_DISTRIBUTIONS in suite/identity.py: {unlisted}"
     assert set(NOT_IN_STACK) <= set(found), "a library left out of the stack that nothing imports"
     assert {"scikit-learn", "seqeval", "scipy", "pytorch-crf", "optuna"} <= set(STACK_DISTRIBUTIONS)
-    stack = identity.software_stack({}, None)
+    stack = identity.software_stack({}, None, identity.USED_WITH.values())
     assert all(stack[d] == metadata.version(d) for d in STACK_DISTRIBUTIONS)
+    plain = identity.software_stack({}, None)  # a head's or recipe's own library only where used
+    assert set(STACK_DISTRIBUTIONS) - set(plain) == set(identity.USED_WITH)
+
+
+def _sweep(tmp_path: Path, text: str) -> SweepSpec:
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nhparams: {lr: 1.0e-4, batch_size: 8, epochs: 1}\n" + text)
+    return load_sweep(path, None)
+
+
+def test_a_study_holds_the_libraries_its_trials_can_use(tmp_path: Path) -> None:
+    """seqeval with the tagging head, pytorch-crf with the CRF, peft where a trial can run LoRA:
+    fixed, one recipe of several, or a TPE space that can propose it."""
+    rte, ner, crf = (load_task(REPO / f"tasks/{n}.yaml", None) for n in ("rte", "ner", "ner-crf"))
+    plain = _sweep(tmp_path, "")
+    assert stack_uses(rte, plain) == set()
+    assert stack_uses(ner, plain) == {"tagging"}
+    assert stack_uses(crf, plain) == {"tagging", "crf"}
+    assert stack_uses(rte, load_sweep(REPO / "sweeps/adapters.yaml", None)) == {"lora"}
+    space = "space: {adapter: {type: categorical, choices: [none, %s]}}"
+    assert not stack_uses(rte, _sweep(tmp_path, space % "bitfit"))  # BitFit runs without peft
+    assert stack_uses(rte, _sweep(tmp_path, space % "lora")) == {"lora"}
+    assert stack_uses(rte, _sweep(tmp_path, "sampler: {type: tpe}\nbudget: 4\n" + space % "lora")) == {"lora"}
 
 
 def _stored(folder: Path) -> optuna.Study:
@@ -58,7 +83,8 @@ def test_another_library_version_is_refused_and_one_the_study_predates_is_adopte
     study = _stored(folder)
     made = study.user_attrs["fingerprint"]
     trials = len(study.trials)
-    for library in ("scikit-learn", "seqeval", "optuna"):
+    assert not {f"{STACK}{n}" for n in identity.USED_WITH} & made.keys()  # a classification study
+    for library in ("scikit-learn", "optuna"):
         now = made[f"{STACK}{library}"]
         assert now == metadata.version(library)
         study.set_user_attr("fingerprint", {**made, f"{STACK}{library}": "0.0.1"})  # made under another
@@ -67,8 +93,13 @@ def test_another_library_version_is_refused_and_one_the_study_predates_is_adopte
         err = capsys.readouterr().err
         assert f"{STACK}{library} 0.0.1 -> {now}" in err and "--allow-stack-change" in err, err
         assert len(err.strip().splitlines()) == 1
+    # Stored when every library was in every study's stack: not refused for ones its trials never ran.
+    others = {f"{STACK}{n}": "0.0.1" for n in identity.USED_WITH}
+    study.set_user_attr("fingerprint", {**made, **others})
+    run_tiny(tiny_task, model, "--threads", "1")
+    assert study.user_attrs["fingerprint"] == {**made, **others} and len(study.trials) == trials
     # Stored before these libraries joined the stack: resumed, and from now on they are checked too.
-    added = ("scikit-learn", "scipy", "seqeval", "pytorch-crf", "optuna")
+    added = ("scikit-learn", "scipy", "optuna")
     study.set_user_attr("fingerprint", {k: v for k, v in made.items() if k.removeprefix(STACK) not in added})
     run_tiny(tiny_task, model, "--threads", "1")
     assert study.user_attrs["fingerprint"] == made

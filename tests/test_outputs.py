@@ -167,10 +167,13 @@ def test_schema_accepts_what_build_writes_only() -> None:
         validate({"schema_version": 1}, "x")
 
 
-def test_report_executes_with_every_figure(finished_run: Path, capsys) -> None:  # noqa: ANN001
+def test_report_executes_with_every_figure(finished_run: Path, capfd) -> None:  # noqa: ANN001
     """One size, one setting, independent seeds: the figures that apply are drawn, and each
-    section that does not is one line of text (no empty figure)."""
+    section that does not is one line of text (no empty figure). The kernel (a child process, so
+    `capfd`) prints nothing: no warning about TCP without encryption."""
     assert main(["report", str(finished_run)]) == 0
+    out, err = capfd.readouterr()
+    assert out.startswith("wrote ") and not err, err
     notebook = nbformat.read(finished_run / "report.ipynb", as_version=4)
     outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     images = [o for o in outputs if "image/png" in o.get("data", {})]

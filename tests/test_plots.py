@@ -22,7 +22,7 @@ from matplotlib.text import Text  # noqa: E402
 from suite.outputs import plots  # noqa: E402
 from suite.outputs.leaderboard import write_leaderboard  # noqa: E402
 from suite.outputs.plots import expected_max_curve, spread  # noqa: E402
-from suite.study.records import load_run  # noqa: E402
+from suite.study.records import load_run, setting_key, setting_labels  # noqa: E402
 from tests.test_site import write_run  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -140,7 +140,13 @@ def test_a_two_size_report_draws_each_figure_per_size(
     assert importance == ["Hyperparameter importance (fANOVA, scaled): size 100",
                           "Hyperparameter importance (fANOVA, scaled): size 500"]  # fmt: skip
     (loss,) = [f for f in shown if f["titles"][0].startswith("Loss curves")]
-    assert [ax["title"] for ax in loss["axes"]] == ["size 100", "size 500"]
+    labels = setting_labels(trials)  # one panel per (size, setting), each with that unit's runs only
+    units = [(size, labels[setting_key({"lr": lr, "batch_size": b, "epochs": 3})]) for size in (100, 500)
+             for lr, b in GRID]  # fmt: skip
+    assert [ax["title"] for ax in loss["axes"]] == [f"size {size}, {label}" for size, label in units]
+    for ax, (size, label) in zip(loss["axes"], units, strict=True):
+        own = [r for r in trials if r["size"] == size and labels[setting_key(r["hparams"])] == label]
+        assert [line[0] for line in ax["lines"]] == pytest.approx([r["loss_curve"][0] for r in own])
 
 
 def test_figures_of_one_entry_refuse_pooled_records(two_size_run: Path) -> None:

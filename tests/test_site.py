@@ -188,8 +188,9 @@ def test_site_page_sorts_filters_and_is_self_contained(
         assert view.locator("#board tbody svg.dist").count() == 6
         assert view.locator("#board tbody svg.dist circle").count() == 6 * 6  # every run is a dot
         assert view.locator("td.noise").all_inner_texts() == ["\u2013"] * 6  # no per-example outcomes
-        notes = view.locator(".aggregate .note").all_inner_texts()  # one task per file: no aggregate
-        assert notes == ["one task: nothing to aggregate"] * 2 and view.locator("svg.profile").count() == 0
+        # one aggregate over both files' tasks (each file alone has one task)
+        assert view.locator(".aggregate h3").all_inner_texts() == ["all inputs, size 500"]
+        assert view.locator("svg.profile").count() == 1
 
         def medians() -> list[float]:
             return [float(t.split()[0]) for t in view.locator("td.median").all_inner_texts()]
@@ -248,9 +249,12 @@ def test_site_into_a_file_is_one_line_and_writes_nothing(
     )
 
 
-def test_site_reranks_entries_across_files(leaderboards: list[Path], tmp_path: Path) -> None:
+def test_site_reranks_entries_across_files(
+    leaderboards: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each file ranks its own entries; the page ranks all of them together within the rank
-    groups (one rank 1 per group) and names each row's file."""
+    groups (one rank 1 per group) and names each row's file (by its path from here)."""
+    monkeypatch.chdir(tmp_path)
     third = tmp_path / "c.json"
     write_leaderboard(
         [write_run(tmp_path / "runs/rte/roberta", "rte", "roberta", 0.75, 4, [REPORTED])], third
@@ -283,8 +287,8 @@ def _noise_label(noise: dict) -> str:
 def test_site_carries_the_noise_share_and_the_cross_task_aggregate(
     multitask: Path, leaderboards: list[Path], tmp_path: Path
 ) -> None:
-    """Each row carries its entry's eval_noise; per file and size the page's data carries the
-    leaderboard's aggregate (IQM, profile per model), or the note saying why there is none."""
+    """Each row carries its entry's eval_noise; the page's data carries one cross-task aggregate
+    per size over every input's entries (IQM, profile per model): for one input, the file's own."""
     document = json.loads(multitask.read_text())
     rows = {(r["task"], r["model"], r["median"]): r for r in build_rows([multitask])}
     assert len(rows) == len(document["entries"]) == 8
@@ -297,28 +301,11 @@ def test_site_carries_the_noise_share_and_the_cross_task_aggregate(
             assert row["noise"]["share"] == noise["share"] and 0 <= noise["share"] <= 1
             assert row["noise"]["dominates"] == noise["dominates"] and row["noise"]["examples"] == 60
 
-    noted = tmp_path / "n.json"  # a multi-task file whose aggregate could not be built: its note
-    noted.write_text(json.dumps({**document, "aggregates": {"note": "no size is shared by two tasks"}}))
-    out = tmp_path / "site"
-    assert main(["site", str(leaderboards[0]), str(multitask), str(noted), "-o", str(out)]) == 0
-    page = (out / "index.html").read_text()
-    assert "<script src" not in page and "http://" not in page and "https://cdn" not in page
-    assert "function drawProfile(block)" in page and 'data-key="noise"' in page and "Jordan 2024" in page
-    assert [r["noise"] for r in _embedded(page, "data")] == [
-        r["noise"] for r in build_rows([leaderboards[0], multitask, noted])
-    ]
-    blocks = _embedded(page, "aggregates")
-    assert blocks == build_aggregates([leaderboards[0], multitask, noted])
-    assert [(b["board"], b.get("size")) for b in blocks] == [
-        ("a.json", None),
-        ("m.json", "500"),
-        ("n.json", None),
-    ]
-    assert blocks[0]["note"] == "one task: nothing to aggregate" and "groups" not in blocks[0]
-    assert blocks[2] == {"board": "n.json", "note": "no size is shared by two tasks"}
+    (alone,) = build_aggregates([multitask])  # one input: the aggregate its leaderboard stored
     stored = document["aggregates"]["500"]
-    assert set(blocks[1]["groups"]) == set(stored["groups"]) == {"bert-base", "minilm"}
-    for name, group in blocks[1]["groups"].items():
+    assert (alone["board"], alone["size"]) == (f"{multitask.parent.name}/{multitask.name}", "500")
+    assert set(alone["groups"]) == set(stored["groups"]) == {"bert-base", "minilm"}
+    for name, group in alone["groups"].items():
         assert group["iqm"] == stored["groups"][name]["iqm"] and group["iqm"]["interval"] is not None
         profile = group["profile"]
         assert profile == {
@@ -326,8 +313,28 @@ def test_site_carries_the_noise_share_and_the_cross_task_aggregate(
         }
         assert 0.0 in profile["taus"] and 1.0 in profile["taus"]
         assert len(profile["taus"]) == len(profile["share"]) == len(profile["lower"]) == len(profile["upper"])
-    assert blocks[1]["normalisation"] == {t: n["kind"] for t, n in stored["normalisation"].items()}
-    assert blocks[1]["note"] == stored["note"]
+        assert group["stood_for"]["rte"].endswith("(best of 2 settings)")  # two settings per model
+    assert alone["normalisation"] == {t: n["kind"] for t, n in stored["normalisation"].items()}
+    assert alone["note"] == stored["note"]
+
+    out = tmp_path / "site"
+    assert main(["site", str(leaderboards[0]), str(multitask), "-o", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    assert "<script src" not in page and "http://" not in page and "https://cdn" not in page
+    assert "function drawProfile(block)" in page and 'data-key="noise"' in page and "Jordan 2024" in page
+    assert [r["noise"] for r in _embedded(page, "data")] == [
+        r["noise"] for r in build_rows([leaderboards[0], multitask])
+    ]
+    (block,) = blocks = _embedded(page, "aggregates")  # over both files, not one per file
+    assert blocks == build_aggregates([leaderboards[0], multitask])
+    assert (block["board"], block["size"], set(block["normalisation"])) == (
+        "all inputs",
+        "500",
+        {"rte", "sst2"},
+    )
+    # bert-base on rte: two settings in each file, one of the four stands for the task
+    assert block["groups"]["bert-base"]["stood_for"]["rte"].endswith("(best of 4 settings)")
+    assert block["groups"]["bert-base"]["stood_for"]["sst2"].endswith("(best of 2 settings)")  # m.json's
 
 
 def test_site_draws_the_noise_share_and_a_profile_per_model(
@@ -338,7 +345,7 @@ def test_site_draws_the_noise_share_and_a_profile_per_model(
     out = tmp_path / "site"
     assert main(["site", str(leaderboards[0]), str(multitask), "-o", str(out)]) == 0
     rows = build_rows([leaderboards[0], multitask])
-    stored = json.loads(multitask.read_text())["aggregates"]["500"]
+    (stored,) = build_aggregates([leaderboards[0], multitask])
     with _browser(out / "index.html") as view:
         assert view.locator("#board tbody tr").count() == len(rows) == 12
         cells = view.locator("td.noise")
@@ -350,7 +357,7 @@ def test_site_draws_the_noise_share_and_a_profile_per_model(
         assert cells.all_inner_texts() == [_noise_label(n) for n in ordered] + ["\u2013"] * 8
         assert "Jordan 2024" in cells.first.get_attribute("title")
 
-        assert view.locator("svg.profile").count() == 1  # one aggregate: m.json at size 500
+        assert view.locator("svg.profile").count() == 1  # one aggregate: both files at size 500
         lines = view.locator("svg.profile path.share")
         models = lines.evaluate_all("ps => ps.map(p => p.dataset.model)")
         assert sorted(models) == ["bert-base", "minilm"]  # one step line per model
@@ -365,7 +372,6 @@ def test_site_draws_the_noise_share_and_a_profile_per_model(
         legend = view.locator("ul.iqm li").all_inner_texts()
         for name, group in stored["groups"].items():
             (lo, hi), estimate = group["iqm"]["interval"], group["iqm"]["estimate"]
-            assert f"{name}: IQM {estimate:.2f} [{lo:.2f}, {hi:.2f}]" in legend
-        assert view.locator(".aggregate h3").all_inner_texts() == ["a.json", "m.json, size 500"]
-        assert view.locator(".aggregate .note").first.inner_text() == "one task: nothing to aggregate"
+            assert any(line.startswith(f"{name}: IQM {estimate:.2f} [{lo:.2f}, {hi:.2f}]") for line in legend)
+        assert view.locator(".aggregate h3").all_inner_texts() == ["all inputs, size 500"]
         view.screenshot(path=str(tmp_path / "profile.png"), full_page=True)

@@ -192,7 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="execute the variance report notebook (.ipynb + .html)")
     report.add_argument("run", help="a run folder (runs/<task>/<model>)")
     site = sub.add_parser("site", help="a static, self-contained leaderboard page (site/index.html)")
-    site.add_argument("leaderboards", nargs="+", help="leaderboard JSON files")
+    site.add_argument(
+        "leaderboards", nargs="+", help="leaderboard JSON files or run folders (runs/<task>/<model>)"
+    )
     site.add_argument("-o", "--output", default="site", help="folder for index.html (default: site)")
     comp = sub.add_parser(
         "compare",

@@ -118,6 +118,16 @@ def apply_profile(raw: dict, profile: str | None, path: Path, required: bool) ->
     return _deep_merge(raw, profiles[profile])
 
 
+def load_checked(model: type[BaseModel], path: Path, profile: str | None, required: bool) -> dict:
+    """The file's mapping under `profile`, once its base and every profile validate as written:
+    what `suite validate` refuses, a run refuses too, with the same line, whatever profile it picks
+    (a profile must not mend a wrong base value before anything checks it)."""
+    raw = read_yaml(path)
+    for name in [None, *sorted(_profiles(raw, path))]:
+        validate(model, apply_profile(raw, name, path, required=True), path, profile_label(name))
+    return apply_profile(raw, profile, path, required)
+
+
 def profile_names(path: str | Path) -> list[str]:
     path = Path(path)
     return sorted(_profiles(read_yaml(path), path))

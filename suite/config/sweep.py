@@ -18,7 +18,7 @@ from pydantic import Field, PlainValidator, TypeAdapter, ValidationError, model_
 
 from suite.config.fields import Bool, FieldError, Float, Int, Seed, Strict, kind
 from suite.config.overrides import SWEEP_PREFIX, apply_sets, describe_sets
-from suite.config.reading import apply_profile, profile_label, read_yaml, validate
+from suite.config.reading import load_checked, profile_label, validate
 from suite.errors import SpecError
 
 
@@ -486,5 +486,5 @@ def seed_grid(seeds: SeedSpec) -> Iterator[tuple[int, int, int]]:
 def load_sweep(path: str | Path, profile: str | None = "default", sets: dict | None = None) -> SweepSpec:
     """A sweep profile sets the training side (hparams, space, seeds); it must exist in the sweep."""
     path = Path(path)
-    raw = apply_sets(apply_profile(read_yaml(path), profile, path, required=True), sets, SWEEP_PREFIX)
+    raw = apply_sets(load_checked(SweepSpec, path, profile, required=True), sets, SWEEP_PREFIX)
     return validate(SweepSpec, raw, path, profile_label(profile) + describe_sets(sets, SWEEP_PREFIX))

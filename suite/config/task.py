@@ -18,7 +18,7 @@ from pydantic import Strict as StrictType
 from suite.config.fields import Bool, FieldError, Float, Int, Strict, kind
 from suite.config.hub import HubSource, hub_labels_problem
 from suite.config.overrides import apply_sets, describe_sets
-from suite.config.reading import apply_profile, profile_label, read_yaml, validate
+from suite.config.reading import load_checked, profile_label, validate
 
 # The metric names each head computes (suite/model/metrics.py implements them): a spec is
 # checked against these without importing the heads or their libraries.
@@ -355,7 +355,7 @@ def load_task(path: str | Path, profile: str | None = "default", sets: dict | No
     """A task profile sets data-side sizes (sizes, max_length, eval_limit); absent = the base.
     `sets` ({field path: value}, from `--set`) apply after the profile, before validation."""
     path = Path(path)
-    raw = apply_sets(apply_profile(read_yaml(path), profile, path, required=False), sets)
+    raw = apply_sets(load_checked(TaskSpec, path, profile, required=False), sets)
     return validate(TaskSpec, raw, path, profile_label(profile) + describe_sets(sets))
 
 

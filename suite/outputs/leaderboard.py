@@ -225,18 +225,21 @@ def build(
     }
 
 
-def cross_task(entries: list[dict[str, Any]], reference: str | None = None) -> dict[str, Any] | None:
-    """Per model across tasks (suite.stats.aggregate: normalised IQM, performance profile, average
-    probability of improvement): one aggregate per size that several tasks share, else one over
-    each task's single size; None for one task. A leaderboard that cannot be aggregated (a task
-    at several sizes and none shared) says why instead of failing."""
+def cross_task(
+    entries: list[dict[str, Any]], reference: str | None = None, by: Any = "model"
+) -> dict[str, Any] | None:
+    """Per model (or `by`, as suite.stats.aggregate groups) across tasks (suite.stats.aggregate:
+    normalised IQM, performance profile, average probability of improvement): one aggregate per
+    size that several tasks share, else one over each task's single size; None for one task. A
+    leaderboard that cannot be aggregated (a task at several sizes and none shared) says why
+    instead of failing."""
     from suite.stats.aggregate import aggregate, aggregate_by_size
 
     tasks = {e["task"] for e in entries}
     if len(tasks) < 2:
         return None
     options: dict[str, Any] = {
-        "by": "model",
+        "by": by,
         "settings": "best",
         "fallback": "perfect",
         "reference": reference,

@@ -21,6 +21,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.text import Text
 
+from suite.outputs.curves import curve_set, dev_curves, loss_curves  # noqa: F401 (the report calls plots.*)
 from suite.outputs.leaderboard import size_order
 from suite.stats.estimates import expected_max
 from suite.study.records import runs, setting_key, setting_labels
@@ -325,59 +326,6 @@ def importance_bar(importance: dict[str, Any] | None, title: str = "") -> Result
     sns.barplot(x=list(parts.values()), y=list(parts), ax=ax, color="tab:green", orient="h")
     heading = "Hyperparameter importance (fANOVA, scaled)" + (f": {title}" if title else "")
     ax.set(xlabel="share of score variance", title=heading)
-    fig.tight_layout()
-    return fig
-
-
-def loss_curves(records: Records) -> Result:
-    """Training loss per run, one facet per size: failed (red) vs successful (blue)."""
-    with_curves = [r for r in runs(records) if r.get("loss_curve")]
-    if not with_curves:
-        return "no loss curves recorded"
-    order = sizes(with_curves)
-    fig, axes = _facets(len(order), width=6.0)
-    for ax, size in zip(axes, order, strict=True):
-        for r in (r for r in with_curves if r["size"] == size):
-            curve = r["loss_curve"]
-            smooth = pd.Series(curve).rolling(max(1, len(curve) // 20), min_periods=1).mean()
-            ax.plot(smooth, color="tab:red" if r.get("failed") else "tab:blue", alpha=0.6, lw=1)
-        ax.set(xlabel="step", ylabel="training loss (smoothed)", title=f"size {size}")
-    fig.suptitle("Loss curves: failed (red) vs successful (blue)")
-    fig.tight_layout()
-    return fig
-
-
-def curve_set(records: Records) -> str:
-    """What the runs' dev curves were evaluated on (`evaluated_on.epochs`; older records: the
-    whole set), in words."""
-    seen = {
-        json.dumps(r.get("evaluated_on", {}).get("epochs", {"set": "whole"}), sort_keys=True) for r in records
-    }
-    sets = [json.loads(s) for s in sorted(seen)]
-    if len(sets) == 1 and sets[0]["set"] == "sample":
-        return f"each epoch on a fixed sample of {sets[0]['examples']} dev examples"
-    if len(sets) == 1:
-        return "each epoch on the whole dev set"
-    return "each epoch on the curve sample or the whole dev set (records differ)"
-
-
-def dev_curves(records: Records, metric: str) -> Result:
-    """Dev score per epoch per run, one facet per size: failed (red) vs successful (blue), on what
-    the records say each epoch evaluated (the curve sample); the scores every statistic uses are the
-    whole set's, after the last epoch."""
-    with_curves = [r for r in runs(records) if r.get("epochs")]
-    if not with_curves:
-        return "no dev curves recorded"
-    order = sizes(with_curves)
-    fig, axes = _facets(len(order), width=6.0)
-    for ax, size in zip(axes, order, strict=True):
-        for r in (r for r in with_curves if r["size"] == size):
-            points = [(e["epoch"], 100 * e[metric]) for e in r["epochs"] if e.get(metric) is not None]
-            if points:
-                color = "tab:red" if r.get("failed") else "tab:blue"
-                ax.plot(*zip(*points, strict=True), color=color, alpha=0.6, lw=1, marker=".")
-        ax.set(xlabel="epoch", ylabel=f"dev {metric} (x100)", title=f"size {size}")
-    fig.suptitle(f"Dev curves, {curve_set(with_curves)}: failed (red) vs successful (blue)")
     fig.tight_layout()
     return fig
 

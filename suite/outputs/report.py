@@ -3,7 +3,9 @@ Jupyter kernel (nbclient), and save the executed .ipynb and an HTML export next 
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from suite.config.resources import shipped_dir
 from suite.errors import SuiteError
@@ -14,9 +16,7 @@ TEMPLATE = shipped_dir("analysis") / "variance_report.ipynb"  # shipped inside t
 def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) -> tuple[Path, Path]:
     import nbformat
     from jupyter_client.kernelspec import NoSuchKernel
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
-    from nbconvert import HTMLExporter
 
     from suite.outputs.leaderboard import write_leaderboard
 
@@ -31,11 +31,8 @@ def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) 
     for cell in notebook.cells:  # papermill-style: the `parameters` cell gets the run folder
         if "parameters" in cell.get("metadata", {}).get("tags", []):
             cell.source = f"RUN_DIR = {str(run_dir)!r}"
-    client = NotebookClient(
-        notebook, timeout=timeout_s, kernel_name="python3", resources={"metadata": {"path": str(run_dir)}}
-    )
     try:
-        client.execute()
+        _execute(notebook, run_dir, timeout_s)
     except CellExecutionError as err:
         raise SuiteError(
             f"{template.name}: a report cell failed: {str(err).strip().splitlines()[-1]}"
@@ -55,7 +52,44 @@ def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) 
         ) from None
     executed = run_dir / "report.ipynb"
     nbformat.write(notebook, executed)
-    html, _ = HTMLExporter().from_notebook_node(notebook)
+    html, _ = _exporter().from_notebook_node(notebook)
     page = run_dir / "report.html"
     page.write_text(html, encoding="utf-8")
     return executed, page
+
+
+def _execute(notebook: Any, run_dir: Path, timeout_s: int) -> None:
+    """Run every cell in a kernel reached over Unix sockets in a private folder (IPC), not local
+    TCP ports: nothing listens on the network, and ipykernel prints no "running over TCP without
+    encryption" warning before the report's own lines."""
+    from nbclient import NotebookClient
+    from traitlets.config import Config
+
+    with tempfile.TemporaryDirectory(prefix="suite-kernel-") as sockets:
+        # nbclient's own kernel manager (it shuts the kernel down), configured for IPC
+        ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
+        client = NotebookClient(
+            notebook,
+            timeout=timeout_s,
+            kernel_name="python3",
+            config=ipc,
+            resources={"metadata": {"path": str(run_dir)}},
+        )
+        client.execute()
+
+
+# nbconvert's lab page without the scripts it fetches from a CDN (require.js, MathJax, mermaid):
+# the report has no math, widget or diagram, and opens offline like the site, with no request.
+_OFFLINE_PAGE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+
+
+def _exporter() -> Any:
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+
+    loader = DictLoader({"offline.html.j2": _OFFLINE_PAGE})
+    return HTMLExporter(extra_loaders=[loader], template_file="offline.html.j2")

@@ -5,10 +5,12 @@ network: a sortable, filterable table of entries (median with its interval, IQR,
 with its interval over seed units, comparable reported numbers with citation links) and each entry's
 score distribution as an inline SVG strip and box plot (red: failed runs), and each entry's
 dev-set noise share (Jordan 2024: the share of the between-run variance that a finite dev set
-adds). Entries of all the files are ranked together within the leaderboard's rank groups (one
-rank 1 per group), and each row names its group and the file it came from. Below the table, per
-file and training size, the cross-task aggregate (`aggregates`, suite.stats.aggregate): a
-performance profile per model, drawn by the page's JS as an inline SVG, and its normalised IQM.
+adds). Entries of all the inputs (leaderboard files or run folders, suite/outputs/site_inputs.py)
+are ranked together within the leaderboard's rank groups (one rank 1 per group), and each row names
+its group and the input it came from. Below the table, per training size, the cross-task aggregate
+over every input (suite.stats.aggregate): per model and recipe a performance profile, drawn by the
+page's JS as an inline SVG, and its normalised IQM, naming the entry that stood for a task where
+the group has several.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from suite.errors import SuiteError
-from suite.outputs.leaderboard import rank, read_leaderboard
+from suite.outputs.leaderboard import cross_task, rank
+from suite.outputs.site_inputs import Documents, compact_settings, read_inputs
 
 WIDTH, HEIGHT, PAD = 220, 34, 6  # the distribution plot, in px
 
@@ -69,19 +72,20 @@ def _noise(entry: dict[str, Any]) -> dict[str, Any] | None:
     return {k: found.get(k) for k in keys}
 
 
-def _row(entry: dict[str, Any], board: str, scale: tuple[float, float]) -> dict[str, Any]:
+def _row(entry: dict[str, Any], setting: str, scale: tuple[float, float]) -> dict[str, Any]:
     summary = entry["summary"]
     stats, intervals = summary["all"], summary["intervals"]
     scores = [(100 * r["score"], bool(r.get("failed"))) for r in entry["runs"] if r.get("score") is not None]
     median = stats.get("median")
     return {
-        "board": board,
+        "board": entry["board"],
         "rank": entry["rank"],
         "group": group_label(entry["rank_group"]),
         "task": entry["task"],
         "model": entry["model"],
         "size": entry["size"],
-        "setting": _setting(entry["setting"]) + (" [mixed software stack]" if _mixed(entry) else ""),
+        "setting": setting + (" [mixed software stack]" if _mixed(entry) else ""),
+        "hparams": _setting(entry["setting"]),  # the whole setting, the short one's tooltip
         "metric": entry["metric"],
         "split": entry["eval_split"],
         "runs": summary["runs"],
@@ -152,34 +156,52 @@ def group_label(group: dict[str, Any]) -> str:
     return f"{evaluated}, max_length {group['max_length']}, data {group['data']}"
 
 
-def _names(paths: list[Path]) -> list[str]:
-    """Each file's name, or its whole path where two files share a name."""
-    names = [p.name for p in paths]
-    return [p.name if names.count(p.name) == 1 else str(p) for p in paths]
-
-
-Documents = list[tuple[str, dict[str, Any]]]
-
-
-def _read(paths: list[Path]) -> Documents:
-    """Each (validated) leaderboard with the name the page gives its file."""
-    return [(name, read_leaderboard(p)) for p, name in zip(paths, _names(paths), strict=True)]
+def ranked(documents: Documents) -> list[dict[str, Any]]:
+    """Every entry of every input, with its input's name, re-ranked across the inputs within the
+    leaderboard's rank groups (each file's own ranks are not comparable)."""
+    entries = [{**e, "board": name} for name, doc in documents for e in doc["entries"]]
+    rank(entries)
+    return entries
 
 
 def build_rows(paths: list[Path], documents: Documents | None = None) -> list[dict[str, Any]]:
-    """Every entry of every (validated) leaderboard as the page's rows, re-ranked across the
-    files within the leaderboard's rank groups (each file's own ranks are not comparable)."""
-    entries = [{**e, "board": name} for name, doc in documents or _read(paths) for e in doc["entries"]]
-    rank(entries)
+    """Every entry of every input as the page's rows, ranked across the inputs."""
+    entries = ranked(documents or read_inputs(paths))
     scales = _scales(entries)
-    rows = [_row(e, e["board"], scales[(e["task"], e["metric"])]) for e in entries]
+    settings = compact_settings(entries)
+    rows = [_row(e, s, scales[(e["task"], e["metric"])]) for e, s in zip(entries, settings, strict=True)]
     for position, row in enumerate(rows):  # sorting by rank keeps each group's rows together
         row["position"] = position
     return rows
 
 
-def _aggregate(board: str, size: str, found: dict[str, Any]) -> dict[str, Any]:
-    """What the page draws of one cross-task aggregate: per model the IQM and the profile."""
+def model_and_recipe(entry: dict[str, Any]) -> str:
+    """An aggregate's group: the same model (and recipe, where the sweep names one) on every task."""
+    recipe = entry["setting"].get("recipe")
+    return f"{entry['model']} {recipe}" if recipe else entry["model"]
+
+
+def _stood_for(entries: list[dict[str, Any]], groups: set[str]) -> dict[str, dict[str, str]]:
+    """Group -> task -> the entry that stood for the task where the group has several there (its
+    rank-1 setting, `settings="best"`), named by its setting and input."""
+    members: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for e in entries:
+        members.setdefault((model_and_recipe(e), e["task"]), []).append(e)
+    labels = dict(zip(map(id, entries), compact_settings(entries), strict=True))
+    out: dict[str, dict[str, str]] = {}
+    for (name, task), own in members.items():
+        if name in groups and len(own) > 1:
+            best = min(own, key=lambda e: e["rank"])
+            out.setdefault(name, {})[task] = (
+                f"{labels[id(best)]} from {best['board']} (best of {len(own)} settings)"
+            )
+    return out
+
+
+def _aggregate(board: str, size: str, found: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the page draws of one cross-task aggregate: per group the IQM and the profile."""
+    at_size = [e for e in entries if str(e["size"]) == size] or entries  # else: each task's own size
+    stood_for = _stood_for(at_size, set(found["groups"]))
     groups = {
         name: {
             "iqm": group["iqm"],
@@ -187,6 +209,7 @@ def _aggregate(board: str, size: str, found: dict[str, Any]) -> dict[str, Any]:
             "tasks": group.get("tasks", []),
             "complete": group.get("complete", True),
             "failure_rate": group.get("failure_rate"),
+            "stood_for": stood_for.get(name, {}),
         }
         for name, group in found["groups"].items()
     }
@@ -202,21 +225,18 @@ def _aggregate(board: str, size: str, found: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_aggregates(paths: list[Path], documents: Documents | None = None) -> list[dict[str, Any]]:
-    """Per file and training size, the leaderboard's cross-task aggregate (`aggregates`, see
-    `cross_task` in suite/outputs/leaderboard.py) as the page draws it; a file without one gets
-    a block with its note only (one task, or why it could not be aggregated)."""
-    blocks = []
-    for name, doc in documents or _read(paths):
-        found = doc.get("aggregates")
-        if not found:
-            several = len({e["task"] for e in doc["entries"]}) > 1  # a file written before aggregates
-            note = "no cross-task aggregate in this file" if several else "one task: nothing to aggregate"
-            blocks.append({"board": name, "note": note})
-        elif "groups" not in found and "note" in found:
-            blocks.append({"board": name, "note": found["note"]})
-        else:
-            blocks.extend(_aggregate(name, size, one) for size, one in found.items())
-    return blocks
+    """Per training size, the cross-task aggregate over the entries of every input (`cross_task`
+    in suite/outputs/leaderboard.py, grouped by model and recipe) as the page draws it; one block
+    with a note where there is none (one task, or why they could not be aggregated)."""
+    documents = documents or read_inputs(paths)
+    entries = ranked(documents)
+    board = "all inputs" if len(documents) > 1 else documents[0][0]
+    found = cross_task(entries, by=model_and_recipe)
+    if found is None:
+        return [{"board": board, "note": "one task: nothing to aggregate"}]
+    if "groups" not in found and "note" in found:
+        return [{"board": board, "note": found["note"]}]
+    return [_aggregate(board, size, one, entries) for size, one in found.items()]
 
 
 def _json(value: Any) -> str:
@@ -261,7 +281,7 @@ def write_site(paths: list[Path], out: Path) -> tuple[Path, list[str]]:
     from suite.study.storage import write_atomic
 
     _check_folder(out)
-    documents = _read(paths)
+    documents = read_inputs(paths)
     rows = build_rows(paths, documents)
     aggregates = build_aggregates(paths, documents)
     try:
@@ -269,5 +289,5 @@ def write_site(paths: list[Path], out: Path) -> tuple[Path, list[str]]:
     except OSError as err:  # an unwritable parent
         raise SuiteError(f"-o {out}: cannot make the folder ({err.strerror or err})") from None
     page = out / "index.html"
-    write_atomic(page, render(rows, [p.name for p in paths], aggregates))
+    write_atomic(page, render(rows, [name for name, _ in documents], aggregates))
     return page, entry_lines([e for _, doc in documents for e in doc["entries"]])

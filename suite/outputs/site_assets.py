@@ -8,15 +8,15 @@ h1 { font-size: 1.4em; margin: 0 0 .3em; }
 input, select { font: inherit; padding: .2em .4em; }
 table { border-collapse: collapse; width: 100%; }
 th, td { border-bottom: 1px solid #e3e3e3; padding: .35em .5em; text-align: left; vertical-align: middle; }
-th { background: #f5f5f5; position: sticky; top: 0; cursor: pointer; user-select: none; white-space: nowrap; }
+th { background: #f5f5f5; position: sticky; top: 0; cursor: pointer; user-select: none; }
 th[aria-sort="ascending"]::after { content: " \\25B2"; }
 th[aria-sort="descending"]::after { content: " \\25BC"; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td .ci { color: #777; font-size: .85em; }
-td.setting { font-family: ui-monospace, monospace; font-size: .85em; }
+td.setting { font-family: ui-monospace, monospace; font-size: .85em; white-space: nowrap; }
 ul.reported { margin: 0; padding-left: 1em; }
 .context { color: #888; font-size: .85em; }
-td.group { color: #555; font-size: .85em; }
+td.group { color: #555; font-size: .85em; overflow-wrap: anywhere; min-width: 7em; }
 td.noise.dev { color: #a94400; }
 """
 
@@ -156,7 +156,7 @@ JS = """
     cell(tr, "", row.metric + (row.split === "validation" ? "" : " (" + row.split + ")"));
     cell(tr, "", row.model);
     cell(tr, "num", String(row.size));
-    cell(tr, "setting", row.setting);
+    cell(tr, "setting", row.setting).title = row.hparams;  // the whole setting
     cell(tr, "num", String(row.runs));
     const median = cell(tr, "num median", withInterval(num(row.median, 1), row.median_ci, 1, ""));
     median.title = "interval across " + row.unit;
@@ -177,7 +177,7 @@ JS = """
     const text = state.text.toLowerCase();
     const shown = rows.filter((r) =>
       (!state.task || r.task === state.task) &&
-      (!text || [r.task, r.model, r.setting, String(r.size), r.metric, r.board].join(" ")
+      (!text || [r.task, r.model, r.setting, r.hparams, String(r.size), r.metric, r.board].join(" ")
         .toLowerCase().includes(text))
     );
     shown.sort((a, b) => compare(value(a, state.key), value(b, state.key)));

@@ -1,15 +1,17 @@
-"""The leaderboard page's cross-task section (inlined by suite/outputs/site.py): per leaderboard
-file and training size, each model's performance profile as an inline SVG drawn by the page's JS
+"""The leaderboard page's cross-task section (inlined by suite/outputs/site.py): per training size
+over every input, each model's (and recipe's) performance profile as an inline SVG drawn by the page's JS
 (no library: a step line per model with its bootstrap band, dotted lines at tau 0 and 1) and its
 normalised interquartile mean with the 95% interval; the aggregate's note where there is none."""
 
 SECTION = """
 <section id="across">
   <h2>Across tasks</h2>
-  <p class="sources">Per leaderboard file and training size (Agarwal et al. 2021): each model's
-  performance profile, the share of its runs whose normalised score is above &tau; (0: the best
-  constant prediction, 1: the task's reference; band: 95% bootstrap), and its interquartile mean
-  (IQM) over all its runs, tasks weighted equally, with its 95% interval.</p>
+  <p class="sources">Per training size, over the entries of every input (Agarwal et al. 2021):
+  each model's (and recipe's) performance profile, the share of its runs whose normalised score is
+  above &tau; (0: the best constant prediction, 1: the task's reference; band: 95% bootstrap), and
+  its interquartile mean (IQM) over all its runs, tasks weighted equally, with its 95% interval.
+  Where a model has several settings on a task, its rank-1 one stands for the task (named under
+  it).</p>
   <div id="profiles"></div>
 </section>
 """
@@ -23,6 +25,7 @@ PROFILE_CSS = """
 svg.profile text { font-size: 9px; fill: #444; }
 ul.iqm { list-style: none; margin: .2em 0; padding: 0; font-variant-numeric: tabular-nums; }
 ul.iqm .swatch { display: inline-block; width: .9em; height: .9em; margin-right: .4em; }
+ul.iqm .stood { color: #666; font-size: .85em; margin-left: 1.3em; }
 """
 
 PROFILE_JS = """
@@ -123,6 +126,9 @@ PROFILE_JS = """
       if (!group.complete) text += " (only " + group.tasks.join(", ") + ")";
       item.appendChild(document.createTextNode(text));
       item.title = "tasks: " + group.tasks.join(", ");
+      for (const [task, entry] of Object.entries(group.stood_for || {})) {
+        html(item, "div", "stood", task + ": " + entry);
+      }
     });
     for (const [name, imp] of Object.entries(block.improvement || {})) {
       const text = "P(" + name + " > " + imp.vs + ") " + imp.estimate.toFixed(2) + interval(imp.interval);

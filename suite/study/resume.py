@@ -24,7 +24,7 @@ from typing import Any
 from suite.config.sweep import SweepSpec
 from suite.config.task import TaskSpec
 from suite.errors import SuiteError
-from suite.identity import STACK, TASK_FIELDS_ADDED, differences, refusal
+from suite.identity import STACK, TASK_FIELDS_ADDED, differences, refusal, unused_libraries
 
 # Fingerprint fields a plan may extend: whether it does is decided on the planned trials.
 _GROWABLE = (
@@ -98,6 +98,7 @@ def resumption(
     if not any(k.startswith(STACK) for k in stored):  # made before the stack was in its identity
         recorded = {f"{STACK}{k}": v for k, v in ((info or {}).get("versions") or {}).items()}
         stored = {**stored, **{k: v for k, v in recorded.items() if k in current}}
+    stored = unused_libraries(stored, current)
     # A stack entry the study predates (a library added to the stack later) is adopted: resumed and
     # recorded, not compared. A stored entry that differs is another stack.
     adopt = any(k.startswith(STACK) and k not in stored for k in current)

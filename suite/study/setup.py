@@ -15,7 +15,7 @@ from suite.config.overrides import parse_sets
 from suite.config.reading import validate
 from suite.config.request import Request
 from suite.config.resources import resolve, resolve_sweep_path
-from suite.config.sweep import SweepSpec, load_sweep
+from suite.config.sweep import HParams, SweepSpec, load_sweep
 from suite.config.task import TaskSpec, load_task, per_class_k
 from suite.data.paths import data_dir
 from suite.errors import SpecError
@@ -285,7 +285,8 @@ def _checked(
     prepared = prepare_task(task, data_dir(request.data_dir), tokenizer)
     check_planned_inputs(prepared, sweep, task_where, new)
     attention = getattr(encoder.config, "_attn_implementation", None)
-    stack = software_stack(trainer, attention) if request.gpus_per_worker is None else {}
+    uses = stack_uses(task, sweep)
+    stack = software_stack(trainer, attention, uses) if request.gpus_per_worker is None else {}
     return prepared, fingerprint_of(prepared, sweep, model, threads, trainer, stack), stack
 
 
@@ -320,11 +321,24 @@ def classifiers_used(task: TaskSpec, sweep: SweepSpec) -> set[str]:
     """The classification heads the planned trials train (`task`: the task's own classifier)."""
     if task.head != "classification":
         return set()
+    return {task.classifier if c == "task" else c for c in hparam_values(sweep, "classifier")}
+
+
+def hparam_values(sweep: SweepSpec, name: str) -> set[str]:
+    """Every value a trial of the sweep can take for one hyperparameter: each planned setting's,
+    or (TPE) every choice its space can propose, else the fixed value."""
     if sweep.adaptive:
-        searched = sweep.space.get("classifier")
-        chosen = (
-            {str(v) for v in searched.candidates()} if searched else {sweep.hparams.get("classifier", "task")}
-        )
-    else:
-        chosen = {sweep.hparams_for(values).classifier for values in sweep.settings()}
-    return {task.classifier if c == "task" else str(c) for c in chosen}
+        searched = sweep.space.get(name)
+        if searched is not None:
+            return {str(v) for v in searched.candidates()}
+        return {str(sweep.hparams.get(name, HParams.model_fields[name].default))}
+    return {str(getattr(sweep.hparams_for(values), name)) for values in sweep.settings()}
+
+
+def stack_uses(task: TaskSpec, sweep: SweepSpec) -> set[str]:
+    """What of `identity.USED_WITH` a trial of the study can run: the tagging metric, the CRF,
+    LoRA (a TPE space that can propose it included)."""
+    uses = {"tagging"} if task.head == "tagging" else set()
+    if task.head == "tagging" and task.tagging.crf:
+        uses.add("crf")
+    return uses | ({"lora"} if "lora" in hparam_values(sweep, "adapter") else set())

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import copy
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from suite.commands.cli import main
@@ -412,9 +413,10 @@ def validate(capsys: pytest.CaptureFixture, workdir: Path, mutant: Mutant) -> st
 
 
 def run(capsys: pytest.CaptureFixture, workdir: Path, mutant: Mutant, shared_data: Path) -> None:
-    """`suite run` stops at the spec: exit 2, one line, and no output folder."""
+    """`suite run` stops at the spec: exit 2, one line, and no output folder. Each example gets
+    an output path of its own: a folder one failing example left must not fail the next."""
     path = write(workdir, mutant)
-    out = workdir / "out"
+    out = Path(tempfile.mkdtemp(dir=workdir)) / "out"
     profile = ["--profile", mutant.profile] if mutant.profile else []
     if path.parent.name == "tasks":
         args = ["run", str(path), *profile]
@@ -462,7 +464,23 @@ def test_python_tags_are_refused_and_never_run(case: tuple[Mutant, str], workdir
     assert not marker.exists()
 
 
+def mutant_of(source: Path, field: str, value: Any, profile: str | None = None) -> Mutant:
+    """An explicit example: `field` set to `value` in the base (or in `profile`)."""
+    raw = copy.deepcopy(RAW[source])
+    if profile is None:
+        set_path(raw, field, value)
+    else:
+        raw["profiles"][profile] = deep_merge(raw["profiles"][profile] or {}, nested(field, value))
+    return Mutant(source, dump(raw), field, profile)
+
+
+# Found by fresh draws: the base's `seeds` a list, which every profile's `seeds` mapping replaced
+# before anything checked it, so the run trained.
+SEEDS_A_LIST = mutant_of(REPO / "sweeps/seeds.yaml", "seeds", [0])
+
+
 @settings(FAST, max_examples=40)
+@example(mutant=SEEDS_A_LIST)
 @given(mutant=st.one_of(broken_field(), missing_field(), broken_structure()))
 def test_run_stops_before_writing_anything(mutant: Mutant, workdir: Path, capsys, shared_data: Path) -> None:  # noqa: ANN001
     run(capsys, workdir, mutant, shared_data)
@@ -498,8 +516,26 @@ def test_a_direction_that_disagrees_with_the_metric_is_named(mutant: Mutant, wor
 
 
 @settings(FAST, max_examples=10)
+# Found by fresh draws: it met the output folder the `seeds: [0]` run above had left.
+@example(mutant=mutant_of(REPO / "tasks/boolq.yaml", "metric.higher_is_better", False))
 @given(mutant=flipped_direction())
 def test_run_stops_at_a_disagreeing_direction(
     mutant: Mutant, workdir: Path, capsys, shared_data: Path
 ) -> None:  # noqa: ANN001
     run(capsys, workdir, mutant, shared_data)
+
+
+@pytest.mark.parametrize("profile", [None, *sorted(RAW[REPO / "sweeps/seeds.yaml"]["profiles"])])
+def test_run_and_plan_refuse_what_validate_refuses_under_every_profile(
+    profile: str | None, workdir: Path, capsys: pytest.CaptureFixture, shared_data: Path
+) -> None:
+    """The line `validate` gives for the file, from `plan` and `run` whatever the profile."""
+    line = validate(capsys, workdir, SEEDS_A_LIST)
+    path = write(workdir, SEEDS_A_LIST)
+    chosen = ["--profile", profile] if profile else []
+    out = Path(tempfile.mkdtemp(dir=workdir)) / "out"
+    common = ["rte", "--sweep", str(path), *chosen, "--data-dir", str(shared_data)]
+    for args in (["plan", *common], ["run", *common, "--out", str(out), "--quiet"]):
+        assert main(args) == 2
+        assert capsys.readouterr().err.splitlines() == [line], args
+    assert not out.exists()

@@ -1,0 +1,89 @@
+"""Training curves of a study for the variance report: the loss per step and the dev score per
+epoch of every run, one panel per (size, setting), so recipes are never mixed in one panel; red
+runs failed, blue ones did not. Re-exported by suite/outputs/plots.py, which the notebook calls."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from suite.config.task import size_order
+from suite.study.records import runs, setting_key, setting_labels
+
+Result = plt.Figure | str  # a figure, or why there is none
+Records = Sequence[dict[str, Any]]
+
+
+def _per_setting(with_curves: Records, draw: Any, xlabel: str, ylabel: str, title: str) -> plt.Figure:
+    """One panel per (size, setting), sizes in order, four to a row: each panel draws its own
+    runs only (`draw(ax, record)`), so recipes are never mixed in one panel."""
+    labels = setting_labels(with_curves)
+    units: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in sorted(with_curves, key=lambda r: size_order(r["size"])):
+        units.setdefault((str(r["size"]), labels[setting_key(r["hparams"])]), []).append(r)
+    columns = min(4, len(units))
+    rows = -(-len(units) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.5 * rows), squeeze=False)
+    for ax, ((size, label), own) in zip(axes.flat, units.items(), strict=False):
+        for r in own:
+            draw(ax, r)
+        ax.set(xlabel=xlabel, ylabel=ylabel, title=f"size {size}, {label}")
+    for ax in list(axes.flat)[len(units) :]:
+        fig.delaxes(ax)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def _colour(record: dict[str, Any]) -> str:
+    return "tab:red" if record.get("failed") else "tab:blue"
+
+
+def loss_curves(records: Records) -> Result:
+    """Training loss per run, one panel per (size, setting): failed (red) vs successful (blue)."""
+    with_curves = [r for r in runs(records) if r.get("loss_curve")]
+    if not with_curves:
+        return "no loss curves recorded"
+
+    def draw(ax: plt.Axes, r: dict[str, Any]) -> None:
+        curve = r["loss_curve"]
+        smooth = pd.Series(curve).rolling(max(1, len(curve) // 20), min_periods=1).mean()
+        ax.plot(smooth, color=_colour(r), alpha=0.6, lw=1)
+
+    title = "Loss curves per setting: failed (red) vs successful (blue)"
+    return _per_setting(with_curves, draw, "step", "training loss (smoothed)", title)
+
+
+def curve_set(records: Records) -> str:
+    """What the runs' dev curves were evaluated on (`evaluated_on.epochs`; older records: the
+    whole set), in words."""
+    seen = {
+        json.dumps(r.get("evaluated_on", {}).get("epochs", {"set": "whole"}), sort_keys=True) for r in records
+    }
+    sets = [json.loads(s) for s in sorted(seen)]
+    if len(sets) == 1 and sets[0]["set"] == "sample":
+        return f"each epoch on a fixed sample of {sets[0]['examples']} dev examples"
+    if len(sets) == 1:
+        return "each epoch on the whole dev set"
+    return "each epoch on the curve sample or the whole dev set (records differ)"
+
+
+def dev_curves(records: Records, metric: str) -> Result:
+    """Dev score per epoch per run, one panel per (size, setting): failed (red) vs successful
+    (blue), on what the records say each epoch evaluated (the curve sample); the scores every
+    statistic uses are the whole set's, after the last epoch."""
+    with_curves = [r for r in runs(records) if r.get("epochs")]
+    if not with_curves:
+        return "no dev curves recorded"
+
+    def draw(ax: plt.Axes, r: dict[str, Any]) -> None:
+        points = [(e["epoch"], 100 * e[metric]) for e in r["epochs"] if e.get(metric) is not None]
+        if points:
+            ax.plot(*zip(*points, strict=True), color=_colour(r), alpha=0.6, lw=1, marker=".")
+
+    title = f"Dev curves per setting, {curve_set(with_curves)}: failed (red) vs successful (blue)"
+    return _per_setting(with_curves, draw, "epoch", f"dev {metric} (x100)", title)
