@@ -48,8 +48,7 @@ TRAINING_CODE_VERSION = 3
 # refuses that head's studies and leaves the others resumable.
 # auto 2: the family's head built alone under the init seed (no throwaway encoder: other initial values).
 HEAD_CODE_VERSIONS = {"auto": 2}
-# 2: the GPU path (see study_fingerprint); 3: AdamW unfused under mixed precision (`adamw`).
-GPU_CODE_VERSION = 3
+GPU_CODE_VERSION = 2  # 2: the GPU path (see study_fingerprint)
 
 
 def code_versions() -> str:

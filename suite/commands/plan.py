@@ -147,10 +147,17 @@ def estimate(s: Setup, plans: list[TrialPlan], held: set[str]) -> str:
         per_trial = _duration(r["seconds"] / r["trials"])
         lines.append(f"{size:>6s}  {setting:30s} {r['n']:7d} {r['steps']:6d} {r['trials']:6d}  {per_trial}")
     calibrated = ", ".join(f"batch {bs}: {t:.2f} s/step" for bs, (t, _) in sorted(step_s.items()))
+    side_by_side, where = s.workers, f"{s.workers} worker(s) x {s.threads} threads"
+    if s.trainer["accelerator"] == "gpu":  # workers sharing a card do not add up (1.3x at 6 measured)
+        from suite.model.devices import visible_devices
+
+        side_by_side = min(s.workers, max(1, len(visible_devices())))
+        where = f"{side_by_side} GPU(s) at one worker's pace each (more workers per GPU: not counted)"
+    left = max(0, len(plans) - len(held))
     lines.append(
-        f"estimate: ~{_duration(todo / s.workers)} for the {max(0, len(plans) - len(held))} trials to run on "
-        f"{s.workers} worker(s) x {s.threads} threads ({TIMED_STEPS} timed training steps per batch "
-        f"size: {calibrated}; dev batch of {EVAL_BATCH}: {eval_s:.2f} s)"
+        f"estimate: ~{_duration(todo / side_by_side)} for the {left} trials to run on "
+        f"{where} ({TIMED_STEPS} timed training steps per batch size: {calibrated}; dev batch of "
+        f"{EVAL_BATCH}: {eval_s:.2f} s)"
     )
     return "\n".join(lines)
 
@@ -206,6 +213,8 @@ def calibrate(s: Setup, trial: TrialPlan, tick: Any = None) -> tuple[float, floa
         train, dev, h.batch_size, trial.seeds.order, task.collate, group_by_length=h.group_by_length
     ).train_dataloader()
     optimizer = module.make_optimizer(s.trainer["precision"])
+    # 16-mixed steps through a gradient scaler, as Lightning's: its unscale and inf check are timed
+    scaler = torch.amp.GradScaler(device.type, enabled=s.trainer["precision"] == "16-mixed")
     batches = _cycle(loader, TIMED_STEPS + 1)
     module.train()
     times = []
@@ -214,9 +223,11 @@ def calibrate(s: Setup, trial: TrialPlan, tick: Any = None) -> tuple[float, floa
         work = move_data_to_device(module.step_work(batch), device)  # pieces cut on the CPU, as in training
         with _autocast(device, s.trainer["precision"]):
             loss = module.work_loss(work)
-        loss.backward()
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(module.parameters(), h.max_grad_norm)
-        optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
         optimizer.zero_grad()
         times.append(_now(device) - start)
         tick()
@@ -243,10 +254,11 @@ def _autocast(device: torch.device, precision: str) -> Any:
     """Lightning's autocast for a mixed `precision` (none at full precision)."""
     import contextlib
 
-    kinds = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
-    if precision not in kinds:
+    from suite.model.optim import AUTOCAST_DTYPES
+
+    if precision not in AUTOCAST_DTYPES:
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=kinds[precision])
+    return torch.autocast(device.type, dtype=AUTOCAST_DTYPES[precision])
 
 
 def _cycle(loader: Any, n: int) -> list[Any]:

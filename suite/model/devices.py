@@ -54,11 +54,15 @@ def resolve_trainer(options: dict[str, Any], gpus: int | None = None) -> dict[st
     gpu = accelerator in _GPU
     native_bf16 = gpu and (gpus is not None or torch.cuda.is_bf16_supported(including_emulation=False))
     default_precision = "bf16-mixed" if native_bf16 else "32-true"
-    return {
-        "accelerator": "gpu" if gpu else "cpu",
-        "devices": 1,
-        "precision": str(options.get("precision") or default_precision),
-    }
+    precision = str(options.get("precision") or default_precision)
+    precision = _PRECISION_ALIASES.get(precision, precision)  # what Lightning runs: one name in the record
+    if precision == "16-mixed" and not gpu:
+        raise SpecError("--precision 16-mixed: fp16 with a gradient scaler needs a GPU (CPU: bf16-mixed)")
+    return {"accelerator": "gpu" if gpu else "cpu", "devices": 1, "precision": precision}
+
+
+# Lightning's short names for its precisions (`--precision bf16` runs bf16-mixed).
+_PRECISION_ALIASES = {"bf16": "bf16-mixed", "16": "16-mixed", "32": "32-true", "64": "64-true"}
 
 
 CGROUP = Path("/sys/fs/cgroup")  # the mount: v2 files at its top level, v1 under one folder per controller

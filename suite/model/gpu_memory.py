@@ -4,7 +4,8 @@ largest batch and the task's longest length, under the study's precision, with A
 
 The head is left out (a linear layer or a CRF: kilobytes beside the encoder's activations), and
 so is what torch does not allocate itself, the CUDA context: `CONTEXT_MB`, as measured on recent
-cards, is added."""
+cards, is added. Frozen recipes (LoRA, a frozen encoder) need less than this: the probe errs on
+the side of fewer workers."""
 
 from __future__ import annotations
 
@@ -13,10 +14,9 @@ import contextlib
 import torch
 
 from suite.model.encoders import load_encoder
-from suite.model.optim import make_optimizer
+from suite.model.optim import AUTOCAST_DTYPES, make_optimizer
 
 CONTEXT_MB = 600  # the CUDA context and kernels a process holds outside torch's allocator
-_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
 def probe_peak_mb(model: str, batch_size: int, length: int, precision: str) -> float:
@@ -28,7 +28,7 @@ def probe_peak_mb(model: str, batch_size: int, length: int, precision: str) -> f
     torch.cuda.reset_peak_memory_stats(device)
     vocab = int(getattr(encoder.config, "vocab_size", 1000))
     ids = torch.randint(5, max(6, vocab), (batch_size, length), device=device)
-    cast = _DTYPES.get(precision)
+    cast = AUTOCAST_DTYPES.get(precision)
     with torch.autocast("cuda", dtype=cast) if cast else contextlib.nullcontext():
         hidden = encoder(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
     hidden.float().square().mean().backward()

@@ -72,9 +72,15 @@ def adamw_implementation(precision: str) -> str:
     return "foreach" if str(precision).endswith("-mixed") else "fused"
 
 
-def optimizer_name(bias_correction: bool, precision: str) -> str:
-    """What a trial's record says it trained with: `bert-adam`, `adamw-fused` or `adamw-foreach`."""
-    return f"adamw-{adamw_implementation(precision)}" if bias_correction else "bert-adam"
+def optimizer_label(optimizer: torch.optim.Optimizer) -> str:
+    """What a trial's record says it trained with, read off the optimizer built: `bert-adam`,
+    `adamw-fused` or `adamw-foreach`."""
+    if isinstance(optimizer, BertAdam):
+        return "bert-adam"
+    return "adamw-fused" if optimizer.defaults.get("fused") else "adamw-foreach"
+
+
+AUTOCAST_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}  # Lightning's mixed precisions
 
 
 def make_optimizer(

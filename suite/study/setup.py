@@ -130,8 +130,9 @@ def setup_study(request: Request, on_workers: Callable[[Setup], None] | None = N
     cpus, cpus_why = usable_cpus()
     # `launch` sizes its jobs itself: this machine's memory says nothing about the cluster's nodes
     local = request.gpus_per_worker is None and str(request.workers) != "1"
-    capacity = _capacity(task, sweep, study, trainer, model) if local else None
     per_gpu = request.workers_per_gpu
+    sizing_gpus = trainer["accelerator"] == "gpu" and str(request.workers) == "auto" and per_gpu is None
+    capacity = _capacity(task, sweep, study, trainer, model, sizing_gpus) if local else None
     workers, why = resolve_workers(request.workers, trainer, cpus, capacity, per_gpu, fixed or 1)
     threads = fixed or max(1, cpus // workers)  # a new study's choice, stored with it
     whose = "the study's" if stored else "--threads" if fixed else f"{cpus} / {workers} for a new study"
@@ -172,10 +173,18 @@ def study_threads(asked: int | None, stored: int | None, name: str) -> int | Non
     return stored or asked
 
 
-def _capacity(task: TaskSpec, sweep: SweepSpec, study: Any, trainer: dict[str, Any], model: str) -> Capacity:
+def _capacity(
+    task: TaskSpec,
+    sweep: SweepSpec,
+    study: Any,
+    trainer: dict[str, Any],
+    model: str,
+    sizing_gpus: bool = False,
+) -> Capacity:
     """The trials still to run and the memory a worker needs, from the stored study if there is
     one (its ended runs; the largest peak RSS its workers recorded), against the memory free now;
-    on a GPU also the GPU memory a worker needs (recorded, else probed) and the GPU's free memory."""
+    `sizing_gpus` (`--workers auto` on GPUs, no `--workers-per-gpu`): also the GPU memory a worker
+    needs (recorded at the largest batch, else probed) and the GPUs' free memory."""
     from suite.study.plan import ended_runs, finished_records
 
     planned, ended, peak, gpu_peak, gpu_why = planned_trials(task, sweep), 0, None, None, ""
@@ -184,19 +193,42 @@ def _capacity(task: TaskSpec, sweep: SweepSpec, study: Any, trainer: dict[str, A
         records = finished_records(study).values()
         peaks = [r["peak_rss_mb"] for r in records if r.get("peak_rss_mb")]
         peak = max(peaks) if peaks else None
-        gpu_peaks = [r["peak_gpu_mb"] for r in records if r.get("peak_gpu_mb")]
-        gpu_peak, gpu_why = (max(gpu_peaks), "recorded peak") if gpu_peaks else (None, "")
+        largest = largest_batch(sweep)  # a smaller batch's peak would undersize a larger one's
+        gpu_peaks = [
+            r["peak_gpu_mb"]
+            for r in records
+            if r.get("peak_gpu_mb") and r["hparams"]["batch_size"] == largest
+        ]
+        gpu_peak, gpu_why = (max(gpu_peaks), f"recorded peak at batch {largest}") if gpu_peaks else (None, "")
     from suite.model.devices import Capacity, available_memory_mb, gpu_free_mb
 
     memory, memory_why = available_memory_mb()
-    gpu_free = gpu_free_mb() if trainer["accelerator"] == "gpu" else None
+    gpu_free = gpu_free_mb() if sizing_gpus else None
     if gpu_free is not None and gpu_peak is None:  # a new study: one step at its largest batch
-        from suite.model.gpu_memory import probe_peak_mb
+        gpu_peak, gpu_why = _probed(model, largest_batch(sweep), task.max_length, trainer["precision"])
+    return Capacity(
+        trials=max(0, planned - ended),
+        ended=ended,
+        memory_mb=memory,
+        memory_why=memory_why,
+        peak_mb=peak,
+        gpu_free_mb=gpu_free,
+        gpu_peak_mb=gpu_peak,
+        gpu_peak_why=gpu_why,
+    )
 
-        batch = largest_batch(sweep)
-        gpu_peak = probe_peak_mb(model, batch, task.max_length, trainer["precision"])
-        gpu_why = f"probed peak (batch {batch} x {task.max_length} tokens)"
-    return Capacity(max(0, planned - ended), ended, memory, memory_why, peak, gpu_free, gpu_peak, gpu_why)
+
+def _probed(model: str, batch: int, length: int, precision: str) -> tuple[float | None, str]:
+    """A worker's GPU peak from one probed step; (None, why) where the probe fails (a card in
+    exclusive mode or shared with other jobs, out of memory): one worker a card then."""
+    from suite.model.gpu_memory import probe_peak_mb
+
+    try:
+        return probe_peak_mb(
+            model, batch, length, precision
+        ), f"probed peak (batch {batch} x {length} tokens)"
+    except Exception as err:  # any failure only costs the sizing, never the study
+        return None, f"probe failed: {type(err).__name__}"
 
 
 def largest_batch(sweep: SweepSpec) -> int:
@@ -313,8 +345,18 @@ def fingerprint_of(
         trainer,
         stack,
         classifiers_used(prepared.spec, sweep),
-        adamw_implementation(trainer["precision"]),
+        adamw_implementation(trainer["precision"]) if uses_adamw(sweep) else "fused",
     )
+
+
+def uses_adamw(sweep: SweepSpec) -> bool:
+    """Whether a trial of the sweep can train with AdamW (`bias_correction`; else BERT's Adam, the
+    same at every precision): only then does how AdamW runs belong to the study's identity."""
+    if "bias_correction" in sweep.space:
+        return True in sweep.space["bias_correction"].candidates()
+    if sweep.adaptive:  # TPE's settings do not exist yet: the fixed value decides
+        return bool(sweep.hparams.get("bias_correction", True))
+    return any(sweep.hparams_for(values).bias_correction for values in sweep.settings())
 
 
 def classifiers_used(task: TaskSpec, sweep: SweepSpec) -> set[str]:

@@ -43,7 +43,7 @@ from suite.heads.registry import PreparedTask
 from suite.model.adapters import parameter_counts
 from suite.model.devices import resolve_trainer
 from suite.model.encoders import load_encoder
-from suite.model.optim import optimizer_name
+from suite.model.optim import optimizer_label
 from suite.training.trial import (
     _finish,
     add_eval_time,
@@ -159,7 +159,6 @@ class _Group:
         self.modules: list[ClassificationModule] = []
         for plan, record in zip(plans, records, strict=True):
             record.update(n_train=len(train), n_dev=len(dev), trainer=options)
-            record["optimizer"] = optimizer_name(h.bias_correction, options["precision"])
             record["evaluated_on"] = evaluated_on(len(data.dev_indices()), self.positions)
             if task.eval_note is not None:
                 record["eval_set"] = task.eval_note()
@@ -198,6 +197,8 @@ class _Group:
         for group in self.optimizer.param_groups:
             group["params"] = [self.params[names[id(p)]] for p in group["params"]]
         self.trained = [p for g in self.optimizer.param_groups for p in g["params"]]
+        for record in records:
+            record["optimizer"] = optimizer_label(self.optimizer)
         for module in self.modules[1:]:
             module.to("meta")  # only its records (history, curve, tokens) are used from here on
         self.total = records[0]["epochs_run"] * len(self.loaders[0])

@@ -32,7 +32,7 @@ from suite.model.adapters import parameter_counts
 from suite.model.devices import resolve_trainer
 from suite.model.encoders import load_encoder
 from suite.model.gpu_memory import CONTEXT_MB
-from suite.model.optim import optimizer_name
+from suite.model.optim import optimizer_label
 from suite.training.trial_plan import TrialPlan
 
 # Lightning sets its loggers to INFO on import; a study prints its own progress and summary.
@@ -186,7 +186,6 @@ def _fit(
     )
     record["module"] = module  # partial results survive a crash mid-training
     options = record["trainer"] = resolve_trainer(trainer_options)
-    record["optimizer"] = optimizer_name(plan.hparams.bias_correction, options["precision"])
     if plan.hparams.split_batches:  # decided by the device: the record says how batches were computed
         module.piece_cost = record["piece_cost"] = piece_cost(options["accelerator"])
     clock = StepClock(record)
@@ -229,14 +228,17 @@ class ScoredAfterTraining(L.Callback):
 
 
 class StepClock(L.Callback):
-    """Notes when the first training step starts, when training (with its last in-loop dev
-    evaluation) ends, and how long each evaluation takes (`eval_s`: the curve's, the scored one's,
-    and what of it ran after training), so a record tells training, evaluation and per-trial
-    overhead apart."""
+    """Notes the optimizer the trial built, when the first training step starts, when training
+    (with its last in-loop dev evaluation) ends, and how long each evaluation takes (`eval_s`:
+    the curve's, the scored one's, and what of it ran after training), so a record tells
+    training, evaluation and per-trial overhead apart."""
 
     def __init__(self, record: dict[str, Any]) -> None:
         self.record = record
         self.eval_start = 0.0
+
+    def on_train_start(self, trainer: L.Trainer, module: Any) -> None:
+        self.record["optimizer"] = optimizer_label(trainer.optimizers[0])  # as built for the precision
 
     def on_train_batch_start(self, trainer: L.Trainer, module: Any, batch: Any, batch_idx: int) -> None:
         self.record.setdefault("first_step", time.perf_counter())
