@@ -77,6 +77,7 @@ ReturnToService=2
 SchedulerType=sched/backfill
 KillWait=10
 MinJobAge=30
+DefMemPerCPU=$((memory / cpus))
 $(printf '%s\n' "$@")
 NodeName=$host CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
@@ -117,7 +118,10 @@ start() {
   local name=$1 conf=$2 changed=$3
   for daemon in slurmctld slurmd; do
     local pidfile=/run/slurm/$daemon-$name.pid
-    if running "$pidfile" && ((changed)); then kill "$(cat "$pidfile")"; sleep 1; fi
+    if running "$pidfile" && ((changed)); then
+      kill "$(cat "$pidfile")"
+      for _ in $(seq 40); do running "$pidfile" || break; sleep 0.25; done  # it saves its state first
+    fi
     running "$pidfile" || SLURM_CONF=$conf "/usr/sbin/$daemon" >&2
   done
   wait_for "slurmctld ($conf)" env SLURM_CONF="$conf" scontrol ping
