@@ -23,8 +23,9 @@ def me() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _say(line: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+def _say(line: str, at: Any = None) -> None:
+    """A log line stamped with the time it happened (`at`, a datetime) or now."""
+    print(f"{at.strftime('%H:%M:%S') if at else time.strftime('%H:%M:%S')} {line}", flush=True)
 
 
 def ended_line(trial: Any) -> str | None:
@@ -48,26 +49,28 @@ def logging_trials(request: Request) -> Iterator[None]:
     seen: dict[int, bool] = {}  # trial id -> whether its end was said
     done = threading.Event()
 
-    def look() -> None:
+    def look(every: bool = False) -> None:
+        """This worker's trials that started or ended since the last look; `every`: also those
+        that started and ended between two looks (a scan of the whole study, once at the end)."""
         from optuna.trial import TrialState
 
         from suite.study.supervise import WORKER_ATTR
 
-        running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-        for t in running:
+        states = None if every else (TrialState.RUNNING,)
+        for t in storage.get_all_trials(study_id, deepcopy=False, states=states):
             if t.system_attrs.get(WORKER_ATTR) == me() and t._trial_id not in seen:
                 seen[t._trial_id] = False
-                _say(f"trial {t.user_attrs.get('key')} started (number {t.number})")
+                _say(f"trial {t.user_attrs.get('key')} started (number {t.number})", t.datetime_start)
         for trial_id in [i for i, said in seen.items() if not said]:
             t = storage.get_trial(trial_id)
             if t.state.is_finished():
                 seen[trial_id] = True
                 if line := ended_line(t):
-                    _say(line)
+                    _say(line, t.datetime_complete)
 
-    def safely() -> None:
+    def safely(every: bool = False) -> None:
         try:
-            look()
+            look(every)
         except Exception as err:  # the log must never stop the worker
             print(f"job log: {type(err).__name__}: {err}", file=sys.stderr)
 
@@ -82,7 +85,7 @@ def logging_trials(request: Request) -> Iterator[None]:
     finally:
         done.set()
         thread.join()
-        safely()
+        safely(every=True)
 
 
 def trial_put_back(request: Request) -> tuple[Any, Any]:
