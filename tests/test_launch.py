@@ -290,7 +290,7 @@ def test_slurm_launch_submits_an_array_prints_how_to_watch_and_a_rerun_writes_th
     assert Counter(t.state.name for t in study.get_trials()) == {"WAITING": 8}
 
     for pickled in sorted((folder / "jobs").glob("4242_*/*_submitted.pkl")):  # as the nodes would
-        assert DelayedSubmission.load(pickled).result() == 0
+        assert DelayedSubmission.load(pickled).result() == "ended: no trial left to take"
     assert len(_ended(study.get_trials())) == 8
     assert main([*command, "--slurm-partition", "cpu", "--cpus-per-worker", "1"]) == 0
     assert len(list(tmp_path.glob("sbatch-*.sh"))) == 1  # nothing left to run: nothing submitted

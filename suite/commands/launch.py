@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 import shutil
 import sys
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suite.commands.run import worker
+from suite.commands import launch_slurm
+from suite.commands.launch_job import worker_job
 from suite.config.request import Request
 from suite.data.paths import data_dir
 from suite.errors import SpecError, SuiteError
@@ -38,7 +40,8 @@ EXECUTORS = ("slurm", "local")
 SHARED_STORAGES = ("postgresql", "mysql")
 DEFAULT_SLURM_TIME = "4:00:00"
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60  # submitit's local default (2 min) would kill every worker
-POLL_S = {"local": 2.0, "slurm": 30.0}
+POLL_S = {"local": 2.0, "slurm": 10.0}  # squeue is cheap; submitit's sacct view is not asked
+POLL_ENV = "SUITE_LAUNCH_POLL_S"  # how often a waiting launch looks at its jobs
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,9 @@ def launch(request: Request, how: Launch) -> int:
     s, study = plan_study(dataclasses.replace(request, workers="1", threads=cpus, gpus_per_worker=gpus))
     assert s.folder is not None
     count = min(how.workers, _left_to_run(study, s, how.workers))
+    limit = parameters["timeout_min"]
+    if how.executor == "slurm" and (late := launch_slurm.time_limit_warning(study, limit)):
+        print(late, file=sys.stderr)
     if count:  # none left: a rerun after the jobs ended writes the outputs
         jobs = submit(s, how.executor, parameters, cpus, count)
         _record(s, how.executor, parameters, jobs)
@@ -94,11 +100,11 @@ def launch(request: Request, how: Launch) -> int:
         if not _waits(how):
             return 0
         try:
-            _wait_for(jobs, study, s, POLL_S[how.executor], request.quiet)
+            _wait_for(jobs, study, s, how.executor, request.quiet)
         except KeyboardInterrupt:
             _interrupted(jobs, study, s, how.executor)
             raise
-        _report_failed(jobs)
+        _report(jobs, how.executor)
     else:
         print(f"study {s.name!r}: every planned trial has ended; no worker submitted")
     print(write_outputs(study, s.folder, s.task)[1])
@@ -157,15 +163,12 @@ def _left_to_run(study: Any, s: Setup, workers: int) -> int:
     return len(planned_keys(study) - set(ended_runs(study)))
 
 
-def worker_job(request: Request) -> int:
-    """One submitted job: `suite worker` in the job's process. A module-level function, so submitit
-    pickles it by reference (the job imports `suite` itself); a refusal fails the job with its line."""
-    return worker(request)
-
-
 def submit(s: Setup, executor_name: str, parameters: dict[str, Any], cpus: int, count: int) -> list[Any]:
     """`count` worker jobs on the study (one array on Slurm), their logs under the run folder."""
     assert s.folder is not None
+    code = launch_slurm.code_root()
+    if executor_name == "slurm":  # the job's environment and the limit's signal, not in launch.json
+        parameters = {**parameters, **launch_slurm.slurm_parameters(parameters["timeout_min"], code)}
     executor = make_executor(executor_name, s.folder / "jobs", parameters)
     root = data_dir(s.request.data_dir)
     job = Request(
@@ -177,7 +180,9 @@ def submit(s: Setup, executor_name: str, parameters: dict[str, Any], cpus: int, 
         quiet=True,
         allow_stack_change=s.request.allow_stack_change,
     )
-    return executor.map_array(worker_job, [job] * count)
+    # worker_job is pickled by reference: the job imports it from the launcher's code (on its path)
+    limit = parameters["timeout_min"] if executor_name == "slurm" else None
+    return executor.map_array(worker_job, [job] * count, [code] * count, [limit] * count)
 
 
 def make_executor(executor: str, folder: Path, parameters: dict[str, Any]) -> Any:
@@ -262,7 +267,8 @@ def _say_submitted(s: Setup, executor: str, jobs: list[Any]) -> None:
     url = public_url(s.url)
     hidden = " (the password is hidden here)" if url != s.url else ""
     print(
-        f"submitted {len(jobs)} worker jobs ({executor}): {' '.join(str(j.job_id) for j in jobs)}; "
+        f"submitted {len(jobs)} worker job{'s' if len(jobs) != 1 else ''} ({executor}): "
+        f"{' '.join(str(j.job_id) for j in jobs)}; "
         f"logs in {s.folder / 'jobs'}\n"
         f"study {s.name!r} in {url}\n"
         f"watch: optuna-dashboard '{url}'{hidden}\n"
@@ -271,11 +277,17 @@ def _say_submitted(s: Setup, executor: str, jobs: list[Any]) -> None:
     )
 
 
-def _wait_for(jobs: list[Any], study: Any, s: Setup, poll_s: float, quiet: bool) -> None:
-    """Until every job has ended; meanwhile the study's progress (`run`'s bar)."""
+def _wait_for(jobs: list[Any], study: Any, s: Setup, executor: str, quiet: bool) -> None:
+    """Until every job has ended (Slurm: as squeue sees them, with or without accounting);
+    meanwhile the study's progress (`run`'s bar)."""
     from suite.study.setup import planned_trials
 
-    running = lambda: not all(j.done() for j in jobs)  # noqa: E731
+    poll_s = float(os.environ.get(POLL_ENV, POLL_S[executor]))
+    if executor == "slurm":
+        ids = [str(j.job_id) for j in jobs]
+        running = lambda: launch_slurm.running(ids)  # noqa: E731
+    else:
+        running = lambda: not all(j.done() for j in jobs)  # noqa: E731
     if quiet:
         while running():
             time.sleep(poll_s)
@@ -312,8 +324,12 @@ def _interrupted(jobs: list[Any], study: Any, s: Setup, executor: str) -> None:
         )
 
 
-def _report_failed(jobs: list[Any]) -> None:
-    """One line per job that failed (the study's state, not the jobs', decides the exit code)."""
+def _report(jobs: list[Any], executor: str) -> None:
+    """Slurm: one line per job, its state; local: one line per job that failed (the study's state,
+    not the jobs', decides the exit code)."""
+    if executor == "slurm":
+        launch_slurm.report(jobs, _raised)
+        return
     for job in jobs:
         if not job.paths.result_pickle.exists():  # killed: time or memory limit, preempted, a signal
             why = f"ended without a result (state {job.state})"

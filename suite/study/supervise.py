@@ -100,6 +100,17 @@ def install_stops() -> None:
             signal.signal(sig, _on_stop)
 
 
+def stop_also_on(sig: signal.Signals) -> None:
+    """In a worker: `sig` stops it like SIGTERM (a scheduler's warning before it kills a job:
+    Slurm's `--signal` ahead of a time limit), so its trial goes back to the queue."""
+    signal.signal(sig, _on_stop)
+
+
+def stop_received() -> str | None:
+    """The name of the stop this process received (None: none)."""
+    return _stop
+
+
 @contextmanager
 def stops_as_interrupts() -> Iterator[None]:
     """`run` itself: each stop stops the study (the workers in their own process group hear none). A

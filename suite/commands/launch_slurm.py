@@ -1,0 +1,154 @@
+"""What `launch` does with Slurm itself: the job's environment and the time limit's signal in the
+sbatch script, the warning for a limit shorter than the study's trials, and waiting for jobs and
+reporting how they ended through squeue and sacct, with or without Slurm's accounting.
+
+submitit's own `job.done()` asks sacct: where accounting is off it fails ("Slurm accounting storage
+is disabled") and submitit takes every job it cannot see as running, forever. Here a job runs while
+squeue lists it unfinished; its end state comes from sacct, else from squeue (which keeps an ended
+job for MinJobAge, 300 s by default), else it is said to be unknown, and why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+# squeue's states of a job that has not ended (anything else it lists has)
+UNFINISHED = {
+    "PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+    "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD",
+}  # fmt: skip
+# What a job needs from the launcher's environment, passed explicitly: a site's --export=NONE
+# (SBATCH_EXPORT=NONE) starts the batch script without it.
+PASSED = ("PATH", "HOME", "USER", "LANG", "VIRTUAL_ENV", "LD_PRELOAD", "MALLOC_CONF", "SLURM_CONF")
+PASSED_PREFIXES = ("SUITE_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH", "OMP_", "MKL_")
+# never written into the script (sbatch's own export, where on, passes them)
+SECRET = re.compile("TOKEN|KEY|PASSWORD|SECRET", re.I)
+
+
+def signal_lead_s(minutes: int) -> int:
+    """How long before a job's time limit its workers are told to stop: submitit's 90 s, or a
+    quarter of a shorter limit (15 s of a 1-minute limit), so the signal does not come at the start."""
+    return min(90, max(10, minutes * 15))
+
+
+def code_root() -> str:
+    """The launcher's checkout (the folder holding the `suite` package): the jobs import it."""
+    import suite
+
+    return str(Path(suite.__file__).resolve().parent.parent)
+
+
+def job_setup(code: str) -> list[str]:
+    """The sbatch script's lines before srun: the launcher's code first on the job's path, and the
+    variables a job needs, set whatever sbatch exported."""
+    environ = dict(os.environ)
+    environ["PYTHONPATH"] = os.pathsep.join(p for p in (code, environ.get("PYTHONPATH")) if p)
+    names = sorted(
+        n
+        for n in environ
+        if (n in PASSED or n == "PYTHONPATH" or n.startswith(PASSED_PREFIXES)) and not SECRET.search(n)
+    )
+    return [f"export {n}={shlex.quote(environ[n])}" for n in names]
+
+
+def slurm_parameters(minutes: int, code: str) -> dict[str, Any]:
+    """submitit's Slurm parameters for the environment and the time limit's signal; srun is told to
+    pass the script's environment on (with --export=NONE, sbatch sets SLURM_EXPORT_ENV=NONE, and
+    srun would start the worker without even submitit's SUBMITIT_EXECUTOR)."""
+    return {
+        "slurm_signal_delay_s": signal_lead_s(minutes),
+        "slurm_setup": job_setup(code),
+        "slurm_srun_args": ["--export=ALL"],
+    }
+
+
+def _run(*command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+def _arrays(ids: list[str]) -> str:
+    return ",".join(sorted({i.split("_")[0] for i in ids}))
+
+
+def squeue_states(ids: list[str]) -> dict[str, str] | None:
+    """Job id -> state of the jobs squeue still lists (None: squeue failed)."""
+    done = _run("squeue", "-h", "-r", "-t", "all", "-j", _arrays(ids), "-o", "%i|%T")
+    if done.returncode:
+        return None
+    rows = (line.split("|", 1) for line in done.stdout.splitlines() if "|" in line)
+    return {job: state for job, state in rows if job in ids}
+
+
+def sacct_states(ids: list[str]) -> tuple[dict[str, str], str]:
+    """Job id -> end state from Slurm's accounting, and why there is none ("" when sacct worked)."""
+    done = _run("sacct", "-n", "-X", "-P", "-j", _arrays(ids), "-o", "JobID,State")
+    if done.returncode:
+        return {}, (done.stderr.strip().splitlines() or ["sacct failed"])[-1]
+    rows = (line.split("|", 1) for line in done.stdout.splitlines() if "|" in line)
+    return {job: state.split()[0] for job, state in rows if job in ids and state}, ""
+
+
+def running(ids: list[str]) -> bool:
+    """Whether any of these jobs has not ended, as squeue sees them (a job it no longer lists ended)."""
+    states = squeue_states(ids)
+    return states is None or any(state in UNFINISHED for state in states.values())
+
+
+def end_states(ids: list[str]) -> dict[str, str]:
+    """Each ended job's state: sacct's, else squeue's, else `unknown (why)`."""
+    accounted, why = sacct_states(ids)
+    listed = squeue_states(ids) or {}
+    unknown = f"state unknown: {why or 'sacct does not list it'}; squeue no longer does"
+    return {i: accounted.get(i) or listed.get(i) or unknown for i in ids}
+
+
+def report(jobs: list[Any], raised: Any) -> None:
+    """One line per job: its state, and its own last line (a stop) or error (`raised`)."""
+    states = end_states([str(j.job_id) for j in jobs])
+    for job in jobs:
+        state = states[str(job.job_id)]
+        if job.paths.result_pickle.exists():
+            outcome, value = _outcome(job)
+            said = value if outcome == "success" else raised(str(value))
+        else:
+            said = f"ended without a result; log {job.paths.stderr}"
+        print(f"job {job.job_id} {state}: {said}", file=sys.stderr)
+
+
+def _outcome(job: Any) -> tuple[str, Any]:
+    from submitit.core import utils
+
+    return utils.pickle_load(job.paths.result_pickle)
+
+
+def time_limit_warning(study: Any, minutes: int) -> str | None:
+    """One line when the study's trials need more than a job's time limit leaves them: a stored
+    trial took longer, or a limit as long or longer put one back unfinished."""
+    from suite.commands.launch_job import TIME_LIMITED_ATTR
+
+    usable = minutes * 60 - signal_lead_s(minutes)
+    for key, times in (study.user_attrs.get(TIME_LIMITED_ATTR) or {}).items():
+        if hit := [(ran, limit) for _, ran, limit in times if limit and limit >= minutes]:
+            ran, limit = max(hit)
+            return (
+                f"warning: --slurm-time {minutes} min: a {limit} min limit stopped trial {key} unfinished "
+                f"after {ran:.0f} s; its jobs would put it back again (no attempt is spent)"
+            )
+    took = [
+        (float(t.user_attrs["record"].get("wall_time_s") or 0), str(t.user_attrs.get("key")))
+        for t in study.get_trials(deepcopy=False)
+        if t.state.name == "COMPLETE" and "record" in t.user_attrs
+    ]
+    if not took or max(took)[0] <= usable:
+        return None
+    seconds, key = max(took)
+    return (
+        f"warning: --slurm-time {minutes} min leaves a trial {usable} s before the stop signal; trial "
+        f"{key} took {seconds:.0f} s: its job's limit would put it back unfinished (no attempt is spent)"
+    )
