@@ -26,6 +26,7 @@ starve the rest:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -40,15 +41,36 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU = ROOT / ".gpu"
-# What the device's image lacks (docs/gpu.md names the image's packages); the suite installs with
-# --no-deps from the carried source, so only its own dependencies' wheels travel.
+# What the device's image lacks (the device tool's KINDS.md lists the image's packages); the suite
+# runs from the carried source, so only its own dependencies' wheels travel.
 WHEELS = [
     "optuna", "sqlalchemy", "alembic", "mako", "colorlog", "greenlet",
     "pydantic", "pydantic-core", "annotated-types", "typing-inspection",
     "datasets", "dill", "multiprocess",
     "pytorch-crf", "submitit", "jsonschema", "jsonschema-specifications", "referencing", "rpds-py",
 ]  # fmt: skip
-BUILT = ["seqeval"]  # no wheel on PyPI: built here (pure Python)
+BUILT = ["seqeval"]
+# What the checks import, each checked before they start.
+NEEDED = [
+    "torch",
+    "transformers",
+    "lightning",
+    "optuna",
+    "pydantic",
+    "datasets",
+    "seqeval",
+    "torchcrf",
+    "peft",
+]
+NEEDED += [
+    "submitit",
+    "jsonschema",
+    "sklearn",
+    "scipy",
+    "statsmodels",
+    "accelerate",
+    "pytest",
+]  # no wheel on PyPI: built here (pure Python)
 SQUAD = "squad_fewshot_splinter/squad-train-seed-*-num-examples-{}.jsonl"  # size 16 and the eval pool
 DATA = [
     "conll2003/eng.train", "conll2003/eng.testa", "glue/RTE/train.tsv", "glue/RTE/dev.tsv",
@@ -98,7 +120,7 @@ def prepare(data_dir: Path) -> None:
         'python3 -m benchmarks.gpu_check run --out "${OUT:-/tmp/gpu-out}" "$@"\n'
     )
     size = sum(f.stat().st_size for f in GPU.rglob("*") if f.is_file()) / 2**20
-    print(f"{GPU}: {size:.1f} MiB; there: run(command='bash .gpu/run.sh', carry=['.gpu'], timeout_s=480)")
+    print(f"{GPU}: {size:.1f} MiB; there: run(command='bash .gpu/run.sh', carry=['.gpu'], timeout_s=540)")
 
 
 class Sampler:
@@ -112,10 +134,11 @@ class Sampler:
     def _sample(self) -> None:
         query = ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"]
         while not self.stop.wait(0.5):
-            try:
-                util, used = subprocess.run(query, capture_output=True, text=True).stdout.split(",")[:2]
+            try:  # the first card's line (the checks run on one)
+                answer = subprocess.run(query, capture_output=True, text=True, timeout=5).stdout
+                util, used = answer.splitlines()[0].split(",")[:2]
                 self.rows.append((float(util), float(used)))
-            except (OSError, ValueError):
+            except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
                 return
 
     def __enter__(self) -> Sampler:
@@ -138,12 +161,26 @@ class Sampler:
         )
 
 
-SLACK = 1.0  # the limits' multiplier: a dry run on a (busy) CPU takes longer than the card
+BUDGET_S = 420  # every step together: with the set-up, the prepared command ends within ~8 minutes
+
+
+class Clock:
+    """The run's deadline: each step gets its own cap or what is left, whichever is less, so a
+    slow step costs the later ones, never the loan. `slack` stretches both (a dry run on a CPU)."""
+
+    def __init__(self, slack: float) -> None:
+        self.slack, self.end = slack, time.monotonic() + BUDGET_S * slack
+
+    def limit(self, cap: float) -> float:
+        return max(0.0, min(cap * self.slack, self.end - time.monotonic()))
 
 
 def timed(command: list[str], limit: float, log: Path) -> tuple[float, int, str]:
-    """Run `command` under a time limit, its output to `log`: (seconds, exit code, card use)."""
-    limit *= SLACK
+    """Run `command` under a time limit, its output to `log`: (seconds, exit code, card use);
+    exit 124 when it ran out of time (or had none left)."""
+    if limit < 5:
+        log.write_text("skipped: the run's time budget was spent\n")
+        return 0.0, 124, "card: not sampled"
     with Sampler() as card, log.open("w") as out:
         start = time.perf_counter()
         try:
@@ -175,8 +212,7 @@ def suite(*args: str) -> list[str]:
 
 def run(out: Path, dry: bool) -> None:
     """The checks, in order (module docstring); a summary in `out`/gpu_check.txt."""
-    global SLACK
-    SLACK = 10.0 if dry else 1.0
+    clock = Clock(10.0 if dry else 1.0)
     out.mkdir(parents=True, exist_ok=True)
     work = Path("/tmp/gpu-check")
     data, models = work / "data", work / "models"
@@ -192,6 +228,9 @@ def run(out: Path, dry: bool) -> None:
     )
     os.environ.pop("SUITE_ACCELERATOR", None)
     lines = [f"gpu_check {'(dry run, CPU)' if dry else ''} {time.strftime('%Y-%m-%d %H:%M')}"]
+    missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+    if missing:  # say it first: every step would fail on the same import
+        lines.append(f"missing packages (carry their wheels: prepare): {', '.join(missing)}")
 
     def say(line: str) -> None:
         print(line, flush=True)
@@ -202,23 +241,21 @@ def run(out: Path, dry: bool) -> None:
     if not dry:
         seconds, code, _ = timed(
             [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:xdist", "-p", "no:cacheprovider"],
-            150,
+            clock.limit(130),
             out / "pytest-gpu.log",
         )
         tail = (out / "pytest-gpu.log").read_text().strip().splitlines()[-1:]
         say(f"1. pytest -m gpu: exit {code} in {seconds:.0f} s: {tail}")
     for task in ("rte", "stsb", "ner", "ner-crf", "squad"):
         folder = work / "smoke" / task
-        seconds, code, card = timed(
-            suite(task, "--profile", "smoke", "--seeds", "2", "--out", str(folder), *toy[:2]),
-            60,
-            out / f"smoke-{task}.log",
-        )
+        small = toy[:2] if task != "squad" else []  # squad's smoke size, 16, is the smallest split carried
+        command = suite(task, "--profile", "smoke", "--seeds", "2", "--out", str(folder), *small)
+        seconds, code, card = timed(command, clock.limit(30), out / f"smoke-{task}.log")
         say(f"2. {task} smoke: exit {code}, {seconds:.0f} s, {outcomes(records_of(folder))}; {card}")
     for workers in ("1", "auto"):
         folder = work / f"headline-{workers}"
         command = suite("ner", "--workers", workers, "--out", str(folder), *toy)
-        seconds, code, card = timed(command, 200, out / f"headline-{workers}.log")
+        seconds, code, card = timed(command, clock.limit(130), out / f"headline-{workers}.log")
         say(f"3. headline (ner, --workers {workers}): exit {code}, {seconds:.0f} s wall; "
             f"{outcomes(records_of(folder))}; {card}")  # fmt: skip
     task = work / "rte-bert-base.yaml"
@@ -226,7 +263,7 @@ def run(out: Path, dry: bool) -> None:
     task.write_text((ROOT / "tasks/rte.yaml").read_text().replace("model: minilm-l6", f"model: {shape}"))
     bench = [sys.executable, "benchmarks/sweep.py", "--task", str(task), "--quick"]
     bench += ["--device", "cpu" if dry else "cuda"] + (["--ways", "suite", "lean"] if dry else [])
-    seconds, code, card = timed(bench, 180, out / "rte-bert-base.log")
+    seconds, code, card = timed(bench, clock.limit(120), out / "rte-bert-base.log")
     report = (out / "rte-bert-base.log").read_text().strip().splitlines()
     say(f"4. RTE on BERT-base's shape (benchmarks/sweep.py --quick): exit {code}, {seconds:.0f} s; {card}")
     for line in report[-14:]:

@@ -212,6 +212,8 @@ def test_plan_estimates_a_gpu_study_from_a_gpu_calibration(tiny_task: Path, tiny
 
     root = tiny_task.parent.parent
     args = ["plan", str(tiny_task), "--model", str(tiny_models["bert"]), "--data-dir", str(root / "data")]
+    torch.cuda.reset_peak_memory_stats()
     assert main([*args, "--out", str(root / "runs"), "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "estimate: ~" in out and "s/step" in out
+    assert "estimate: ~" in out and "s/step" in out and "GPU(s) at one worker's pace" in out
+    assert torch.cuda.max_memory_allocated() > 0  # the calibration trained on the card
