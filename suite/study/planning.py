@@ -31,6 +31,7 @@ def plan_study(
     """Check every input, then open the request's study and queue its plan; nothing is written
     before the checks pass (a refused study is one line, exit 2). `on_workers`: `setup_study`'s."""
     from suite.study.lock import study_lock
+    from suite.study.pending import pending_dirs, storage_faults, tell_kept
     from suite.study.plan import enqueue_plan, note_repeated_runs
     from suite.study.preflight import check_writable, make_run_folder
     from suite.study.storage import open_storage
@@ -42,8 +43,9 @@ def plan_study(
     # Under the study's lock, as pops are: concurrent runs of one study create it once and
     # queue each planned trial once (the second finds the first's queue). The storage is opened
     # under it too: Optuna's creation of its tables is not safe against a concurrent one.
-    with study_lock(s.url, s.name):
+    with study_lock(s.url, s.name), storage_faults(s.url):
         study = open_or_resume(open_storage(s.url), s)
+        tell_kept(study, pending_dirs(s.url, s.folder))  # records a full disk kept: not planned again
         if "run_info" not in study.user_attrs:  # the study's creation is its provenance
             info = run_info(s.task, s.sweep, request.profile, s.model, s.prepared)
             study.set_user_attr(

@@ -36,6 +36,7 @@ from suite.study.memory import allocator_env
 from suite.study.setup import Setup
 
 PARENT_ENV = "SUITE_PARENT_PID"  # in a worker `run` started: `run`'s pid (its death stops the worker)
+FOLDER_ENV = "SUITE_RUN_FOLDER"  # in a worker `run` started: the run folder (suite/study/pending.py)
 WORKER_ATTR = "worker"  # a running trial's system attribute: host:pid of the worker that took it
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_ENV = "SUITE_STOP_GRACE_S"  # how long `run` waits for stopped workers (default 60 s)
@@ -228,7 +229,8 @@ def start_held_workers(s: Setup, environments: list[dict[str, str]], started: li
     for own in environments:  # the command is built per worker: none for no worker
         command = [*worker_command(s), "--wait-for-go"]
         with worker_signals():
-            process = subprocess.Popen(command, env=worker_env(own), stdin=subprocess.PIPE, process_group=0)
+            env = worker_env({**own, FOLDER_ENV: str(s.folder)} if s.folder else own)
+            process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, process_group=0)
         started.append(process)
 
 

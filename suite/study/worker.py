@@ -109,8 +109,10 @@ def run_worker(study: Any, s: Setup, progress: bool) -> int:
     from tqdm.auto import tqdm
 
     from suite.study.memory import allocator
+    from suite.study.pending import pending_dirs, storage_faults, tell_kept
     from suite.study.plan import finished_records
     from suite.study.progress import study_progress
+    from suite.study.queue import queue_lock
     from suite.study.work import work
 
     info = study.user_attrs["run_info"]
@@ -141,8 +143,14 @@ def run_worker(study: Any, s: Setup, progress: bool) -> int:
         bar.update()
 
     tracking = trackers(s, study.study_name)
+    kept_in = pending_dirs(s.url, s.folder)
     try:
-        return work(study, s.prepared, s.model, s.sweep, stamp, s.trainer, progress, done, tracking)
+        with storage_faults(s.url):  # taking a trial on a full disk: one line too
+            with queue_lock(study):  # records kept here by a failed write (unless `run` told them)
+                tell_kept(study, kept_in)
+            return work(
+                study, s.prepared, s.model, s.sweep, stamp, s.trainer, progress, done, tracking, kept_in
+            )
     finally:
         bar.close()
 
