@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,9 @@ from suite.errors import SuiteError
 from suite.study.storage import public_url, storage_file
 from suite.study.supervise import FOLDER_ENV
 
+# how a worker tells a finished trial (suite/study/work.py `conclude`): passed in, as that module
+# imports this one
+Conclude = Callable[[optuna.Study, optuna.Trial, dict[str, Any], float], None]
 RETRY_WAITS_S = (1.0, 3.0)  # a failed tell is tried again after these: a blip passes, a full disk stays
 
 
@@ -91,13 +94,13 @@ def tell_or_keep(
     trial: optuna.Trial,
     record: dict[str, Any],
     baseline: float,
+    conclude: Conclude,
     kept_in: list[Path] | None = None,
 ) -> None:
     """Tell a finished trial (`conclude`, under the study's lock), trying again after a failed
     write; when the storage still fails, keep the record in a side file and end in one line."""
     from suite.study.lock import storage_url
     from suite.study.queue import queue_lock
-    from suite.study.work import conclude
 
     url, cause = storage_url(study._storage), ""
     for wait in (*RETRY_WAITS_S, None):
@@ -143,11 +146,9 @@ def keep(
     return None
 
 
-def tell_kept(study: optuna.Study, places: list[Path]) -> int:
+def tell_kept(study: optuna.Study, places: list[Path], conclude: Conclude) -> int:
     """Tell the study every record kept for it (under its lock, held by the caller); returns how many.
     A trial already told (its write landed before the error came back) is left as it is."""
-    from suite.study.work import conclude
-
     told, ours = 0, None
     for place in places:
         for path in sorted(place.glob(f"{_tag(study.study_name)}-*.json")) if place.is_dir() else []:

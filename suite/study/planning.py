@@ -35,6 +35,7 @@ def plan_study(
     from suite.study.plan import enqueue_plan, note_repeated_runs
     from suite.study.preflight import check_writable, make_run_folder
     from suite.study.storage import open_storage
+    from suite.study.work import conclude
 
     s = setup_study(request, on_workers)  # a storage that cannot be reached is refused here (read only)
     assert s.folder is not None  # a planned study always has a run folder
@@ -45,7 +46,7 @@ def plan_study(
     # under it too: Optuna's creation of its tables is not safe against a concurrent one.
     with study_lock(s.url, s.name), storage_faults(s.url):
         study = open_or_resume(open_storage(s.url), s)
-        tell_kept(study, pending_dirs(s.url, s.folder))  # records a full disk kept: not planned again
+        tell_kept(study, pending_dirs(s.url, s.folder), conclude)  # kept records: not planned again
         if "run_info" not in study.user_attrs:  # the study's creation is its provenance
             info = run_info(s.task, s.sweep, request.profile, s.model, s.prepared)
             study.set_user_attr(
@@ -107,9 +108,7 @@ def _record_resumption(study: optuna.Study, s: Setup, how: Any) -> None:
             sweep=s.sweep.model_dump(mode="json"),
         )
         info["grown"] = [*info.get("grown", []), {"date": now(), "fields": how.grown, "added": how.added}]
-    if how.stack_changed:
-        info = with_stack(info, s.stack)
-    study.set_user_attr("run_info", info)
+    study.set_user_attr("run_info", info)  # mixed once a trial runs on the new stack (resume.note_stack)
     print(f"study {s.name}: {how.describe()}", file=sys.stderr)
 
 
@@ -128,12 +127,6 @@ def adopt_stack(study: optuna.Study, s: Setup) -> bool:
     if not info.get("stack"):
         study.set_user_attr("run_info", {**info, "stack": s.stack})
     return True
-
-
-def with_stack(info: dict[str, Any], stack: dict[str, Any]) -> dict[str, Any]:
-    """Run info marked mixed, with `stack` among the stacks its trials ran on."""
-    stacks = [x for x in info.get("stacks") or [info.get("stack")] if x]
-    return {**info, "stacks": stacks if stack in stacks else [*stacks, stack], "stack_mixed": True}
 
 
 def plan_fields(fingerprint: dict[str, Any]) -> dict[str, Any]:

@@ -56,7 +56,8 @@ class Resumption:
                 f"adds {self.added} trials to a stored study of {self.stored} ({', '.join(self.grown)})"
             )
         if self.stack_changed:
-            parts.append(f"resumed on another software stack ({'; '.join(self.stack_changed)}): marked mixed")
+            changed = "; ".join(self.stack_changed)
+            parts.append(f"resumed on another software stack ({changed}): mixed once a trial runs on it")
         return "; ".join(parts)
 
 
@@ -192,3 +193,24 @@ def _shown(stored: dict[str, Any], current: dict[str, Any], paths: list[str]) ->
     return differences(
         {p: stored.get(p, "(absent)") for p in paths}, {p: current.get(p, "(absent)") for p in paths}
     )
+
+
+def with_stack(info: dict[str, Any], stack: dict[str, Any]) -> dict[str, Any]:
+    """Run info marked mixed, with `stack` among the stacks its trials ran on."""
+    stacks = [x for x in info.get("stacks") or [info.get("stack")] if x]
+    return {**info, "stacks": stacks if stack in stacks else [*stacks, stack], "stack_mixed": True}
+
+
+def note_stack(study: Any, stack: dict[str, Any]) -> None:
+    """A trial about to be told ran on `stack`: the study is marked mixed when that is not a stack
+    it holds (`--allow-stack-change`), only then, so a resumed study in which no trial ran on the
+    new stack stays unmixed. A study that stored no stack yet (planned by `launch`, whose first
+    worker stores its own; or made before stacks were stored) is compared on the versions its run
+    info recorded. Read afresh just before writing: other workers may have added their stacks."""
+    info = study.user_attrs.get("run_info") or {}
+    known = [x for x in info.get("stacks") or [info.get("stack")] if x]
+    if stack in known:
+        return
+    if not known and all(stack.get(k) == v for k, v in (info.get("versions") or {}).items() if k in stack):
+        return
+    study.set_user_attr("run_info", with_stack(info, stack))

@@ -27,6 +27,7 @@ from suite.study.plan import held_keys, proposing_sampler, replicate_plans, retr
 from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
 from suite.study.records import outcome, run_key
 from suite.study.repeated_errors import Stop, study_stops
+from suite.study.resume import note_stack
 from suite.study.storage import HEARTBEAT_ENV
 from suite.study.supervise import WORKER_ATTR, idle_wait, stop_point, stops_allowed, stops_held
 from suite.study.trial_progress import TrialProgress
@@ -158,7 +159,7 @@ def work(
                     finally:
                         release()  # before the next trial builds its module, optimizer and trainer
                 reach("tell", trial.user_attrs["key"])
-                tell_or_keep(study, trial, record, baseline, kept_in)  # a failed write: kept, one line
+                tell_or_keep(study, trial, record, baseline, conclude, kept_in)  # a failed write: kept
             except (KeyboardInterrupt, SystemExit) as err:  # Lightning turns Ctrl-C into SystemExit(1)
                 if trial is not None and not study._storage.get_trial(trial._trial_id).state.is_finished():
                     _put_back(study, trial)
@@ -212,7 +213,10 @@ def _run_one(
 
 def conclude(study: optuna.Study, trial: optuna.Trial, record: dict[str, Any], baseline: float) -> None:
     """A finished trial told and, if errored, queued again: one step for a planner, under the
-    study's lock (the worker's, or the next `run`'s for a record kept in a side file)."""
+    study's lock (the worker's, or the next `run`'s for a record kept in a side file). Its stack
+    first: a study never holds a trial of a stack it does not list."""
+    if record.get("stack"):
+        note_stack(study, record["stack"])
     _tell(study, trial, record, baseline)
     if outcome(record) == "errored" and record["attempt"] < MAX_ATTEMPTS:
         attrs = retry_attrs(trial, record["attempt"] + 1)

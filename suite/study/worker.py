@@ -113,7 +113,7 @@ def run_worker(study: Any, s: Setup, progress: bool) -> int:
     from suite.study.plan import finished_records
     from suite.study.progress import study_progress
     from suite.study.queue import queue_lock
-    from suite.study.work import work
+    from suite.study.work import conclude, work
 
     info = study.user_attrs["run_info"]
     stamp = {
@@ -147,7 +147,7 @@ def run_worker(study: Any, s: Setup, progress: bool) -> int:
     try:
         with storage_faults(s.url):  # taking a trial on a full disk: one line too
             with queue_lock(study):  # records kept here by a failed write (unless `run` told them)
-                tell_kept(study, kept_in)
+                tell_kept(study, kept_in, conclude)
             return work(
                 study, s.prepared, s.model, s.sweep, stamp, s.trainer, progress, done, tracking, kept_in
             )
@@ -188,8 +188,9 @@ def open_joined(request: Request) -> tuple[Any, Setup]:
 
 def join_checked(study: Any, s: Setup) -> None:
     """Refuse a stored study this worker would not run the same way; store this worker's stack
-    when the study has none yet (planned by `launch`), or mark it mixed for an allowed stack."""
-    from suite.study.planning import adopt_stack, with_stack
+    when the study has none yet (planned by `launch`). An allowed stack change marks it mixed once
+    a trial runs on it (`resume.note_stack`)."""
+    from suite.study.planning import adopt_stack
     from suite.study.resume import resumption
 
     def check() -> Any:  # the study's attributes are read afresh on each call
@@ -203,6 +204,4 @@ def join_checked(study: Any, s: Setup) -> None:
             f"study {s.name!r}: its stored plan differs from its run info; rerun `suite run` first"
         )
     if how.adopt_stack and not adopt_stack(study, s):  # another worker stored its stack first
-        how = check()
-    if how.stack_changed:  # re-read just before writing: other workers may have added their stacks
-        study.set_user_attr("run_info", with_stack(study.user_attrs["run_info"], s.stack))
+        check()
