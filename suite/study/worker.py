@@ -15,7 +15,6 @@ from suite.errors import SuiteError
 from suite.study.setup import Setup, join_study
 from suite.study.storage import public_url
 
-PUT_BACK = "a running trial went back to the queue"
 # tqdm's own ETA counts completions; the postfix carries the one from the measured time per step
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 
@@ -93,10 +92,21 @@ def planned_count(s: Setup) -> int:
     return planned_trials(s.task, s.sweep)
 
 
-def interrupted_note(study: Any, planned: int, running: str = PUT_BACK) -> str:
-    """What Ctrl-C leaves: trials ended, trials left, what became of the running ones, how to go on."""
-    from suite.study.plan import ended_runs
+def put_back_note(count: int) -> str:
+    """What a stop did with the trials its workers were running."""
+    if not count:
+        return "no trial was running"
+    return f"{count} running trial{'s' if count > 1 else ''} went back to the queue"
 
+
+def interrupted_note(study: Any, planned: int, running: str | None = None) -> str:
+    """What Ctrl-C leaves: trials ended, trials left, what became of the running ones (by default
+    those this process was running), how to go on."""
+    from suite.study.plan import ended_runs
+    from suite.study.supervise import trials_put_back_by
+
+    if running is None:
+        running = put_back_note(trials_put_back_by(study, [os.getpid()]))
     ended = len(ended_runs(study))
     left = max(0, planned - ended)
     return (
