@@ -13,7 +13,7 @@ from suite.config.request import Request
 from suite.faults import reach
 from suite.outputs.run_folder import summary_rows, write_outputs
 from suite.study.offload import hand_back, start_child, tell
-from suite.study.setup import Setup
+from suite.study.setup import Setup, refuse_early
 from suite.study.supervise import (
     GO,
     Stopped,
@@ -54,7 +54,9 @@ def run(request: Request) -> int:
 def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
     """`run`, also giving its setup and the final records it wrote (what `--until-*` reads).
     With several workers, the first worker plans: this process, which only waits for the
-    workers, then never holds torch, the data or the pre-flight's model (benchmarks/memory.py)."""
+    workers, then never holds torch, the data or the pre-flight's model (benchmarks/memory.py).
+    What the specs and the storage alone refuse is refused first, before any process trains."""
+    refuse_early(request)
     with stops_as_interrupts():
         if str(request.workers) == "1":
             s, study, planned = _run_here(request)
