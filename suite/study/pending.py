@@ -38,6 +38,10 @@ class StorageWriteError(SuiteError):
 
     exit_code = 1
 
+    def __init__(self, line: str, cause: str = "") -> None:
+        super().__init__(line)
+        self.cause = cause  # the database's own words
+
 
 def storage_cause(err: BaseException) -> str | None:
     """The database's own words for a failed storage call ("database or disk is full"), or None
@@ -74,7 +78,7 @@ def storage_faults(url: str) -> Iterator[None]:
         if (cause := storage_cause(err)) is None:
             raise
         line = f"storage {public_url(url)}: cannot write ({cause}); {advice(cause)}"
-        raise StorageWriteError(line) from None
+        raise StorageWriteError(line, cause) from None
 
 
 def pending_dirs(url: str, folder: Path | None) -> list[Path]:
@@ -105,14 +109,11 @@ def tell_or_keep(
     url, cause = storage_url(study._storage), ""
     for wait in (*RETRY_WAITS_S, None):
         try:
-            with queue_lock(study):
+            with storage_faults(url), queue_lock(study):
                 conclude(study, trial, record, baseline)
             return
-        except SuiteError:
-            raise
-        except Exception as err:
-            if (cause := storage_cause(err)) is None:
-                raise
+        except StorageWriteError as err:
+            cause = err.cause
         if wait is not None:
             time.sleep(wait)
     kept = keep(kept_in or pending_dirs(url, None), study.study_name, trial._trial_id, record, baseline)
