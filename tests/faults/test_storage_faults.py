@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -81,3 +82,26 @@ def test_a_postgresql_connection_lost_as_a_trial_is_told_keeps_its_record_for_th
     )
     assert "rerun the same command" in line and "suite:***@" in line  # no password in the line
     assert kept.parent == next((tiny_task.parent.parent / "runs").glob("*/*")) / "pending"
+
+
+def test_a_heartbeat_the_storage_cannot_take_is_skipped_without_a_traceback(tmp_path: Path) -> None:
+    """A heartbeat write the storage refuses (here SQLite's own SQLITE_READONLY: an in-place update
+    of a beat fits a file that cannot grow, while a full disk also refuses its journal) skips the
+    beat: Optuna's own heartbeat raises, which ends its thread with a traceback while the trial
+    trains on."""
+    from sqlalchemy import event
+
+    from suite.study.storage import open_storage
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}")
+    trial = optuna.create_study(storage=storage).ask()
+    storage.record_heartbeat(trial._trial_id)
+    event.listen(
+        storage.engine, "checkout", lambda connection, *_: connection.execute("PRAGMA query_only = 1")
+    )
+    storage.engine.dispose()  # pooled connections come back through the listener
+    time.sleep(1.1)  # a beat in the same second as the last writes nothing (SQLite's now() is in seconds)
+    with pytest.raises(optuna.exceptions.StorageInternalError) as raised:  # Optuna's own beat
+        optuna.storages.RDBStorage.record_heartbeat(storage, trial._trial_id)
+    assert "readonly" in str(raised.value.__cause__)
+    storage.record_heartbeat(trial._trial_id)  # the suite's: skipped
