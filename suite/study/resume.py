@@ -202,15 +202,35 @@ def with_stack(info: dict[str, Any], stack: dict[str, Any]) -> dict[str, Any]:
 
 
 def note_stack(study: Any, stack: dict[str, Any]) -> None:
-    """A trial about to be told ran on `stack`: the study is marked mixed when that is not a stack
-    it holds (`--allow-stack-change`), only then, so a resumed study in which no trial ran on the
-    new stack stays unmixed. A study that stored no stack yet (planned by `launch`, whose first
-    worker stores its own; or made before stacks were stored) is compared on the versions its run
-    info recorded. Read afresh just before writing: other workers may have added their stacks."""
-    info = study.user_attrs.get("run_info") or {}
+    """A trial about to be told ran on `stack`: the study is marked mixed when that is not the
+    stack of its identity (its fingerprint's stack fields; the versions its run info recorded for
+    a study stored before stacks were) or not among the stacks it lists; only then, so a resumed
+    study in which no trial ran on another stack stays unmixed. Read afresh just before writing:
+    other workers may have added their stacks."""
+    attrs = study.user_attrs
+    info, stored = attrs.get("run_info") or {}, attrs.get("fingerprint") or {}
     known = [x for x in info.get("stacks") or [info.get("stack")] if x]
-    if stack in known:
+    if stack in known and info.get("stack_mixed"):
         return
-    if not known and all(stack.get(k) == v for k, v in (info.get("versions") or {}).items() if k in stack):
+    entries = (
+        {k: v for k, v in stored.items() if k.startswith(STACK)}
+        if known  # else stored before stacks: its first trials ran on the versions it recorded
+        else {f"{STACK}{k}": v for k, v in (info.get("versions") or {}).items()}
+    )
+    ran = {path: _entry(stack, path.removeprefix(STACK)) for path in entries}
+    if all(value is None or value == entries[path] for path, value in ran.items()) and (
+        stack in known or not known
+    ):
         return
     study.set_user_attr("run_info", with_stack(info, stack))
+
+
+def _entry(stack: dict[str, Any], path: str) -> Any:
+    """A fingerprint's stack field (`gpu.tf32`) read from a stack as a trial records it (None:
+    the trial's stack has no such entry)."""
+    value: Any = stack
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
