@@ -18,6 +18,7 @@ fingerprint and run info: the study keeps the behaviour that absence means (`wit
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,9 +229,7 @@ def note_stack(study: Any, stack: dict[str, Any]) -> None:
 def _entry(stack: dict[str, Any], path: str) -> Any:
     """A fingerprint's stack field (`gpu.tf32`) read from a stack as a trial records it (None:
     the trial's stack has no such entry)."""
-    value: Any = stack
-    for part in path.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value
+    try:
+        return functools.reduce(lambda value, part: value[part], path.split("."), stack)
+    except (KeyError, TypeError):
+        return None
