@@ -109,7 +109,13 @@ def test_another_software_stack_is_refused_unless_allowed_and_then_marked_mixed(
     run_tiny(tiny_task, model, "--threads", "1", "--seeds", "4", expect=2)
     err = capsys.readouterr().err
     assert f"stack.transformers 4.57.1 -> {now}" in err and "--allow-stack-change" in err
-    run_tiny(tiny_task, model, "--threads", "1", "--seeds", "4", "--allow-stack-change")
+    run_tiny(tiny_task, model, "--threads", "1", "--allow-stack-change")  # finished: no trial runs
+    assert not json.loads((folder / "run.json").read_text()).get("stack_mixed")
+    assert not any(
+        e["stack"]["mixed"] for e in json.loads((folder / "leaderboard.json").read_text())["entries"]
+    )
+    assert "mixed software stack" not in capsys.readouterr().out
+    run_tiny(tiny_task, model, "--threads", "1", "--seeds", "4", "--allow-stack-change")  # one trial on it
     assert "mixed software stack" in capsys.readouterr().out
     run_json = json.loads((folder / "run.json").read_text())
     assert run_json["stack_mixed"] is True
@@ -158,7 +164,7 @@ def test_a_study_stored_before_the_stack_is_checked_on_the_versions_it_recorded(
     study = _stored(folder)
     old = {k: v for k, v in study.user_attrs["fingerprint"].items() if not k.startswith("stack.")}
     study.set_user_attr("fingerprint", old)  # as stored before the stack was in a fingerprint
-    info = study.user_attrs["run_info"]
+    info = {k: v for k, v in study.user_attrs["run_info"].items() if k != "stack"}  # stored no stack
     study.set_user_attr("run_info", {**info, "versions": {**info["versions"], "transformers": "4.57.1"}})
     capsys.readouterr()
     run_tiny(tiny_task, model, "--threads", "1", expect=2)
@@ -166,10 +172,12 @@ def test_a_study_stored_before_the_stack_is_checked_on_the_versions_it_recorded(
     run_tiny(tiny_task, model, "--threads", "1", "--allow-stack-change")
     kept = _stored(folder).user_attrs["fingerprint"]
     assert kept["stack.torch"] and kept["stack.transformers"] != "4.57.1"  # adopted: checked from now on
+    assert not json.loads((folder / "run.json").read_text()).get("stack_mixed")  # no trial ran on it
+    run_tiny(tiny_task, model, "--threads", "1", "--seeds", "4")  # one did: against its recorded versions
     assert json.loads((folder / "run.json").read_text())["stack_mixed"] is True
 
 
-def test_a_worker_on_another_stack_is_refused_unless_allowed_and_then_marks_the_study_mixed(
+def test_a_worker_on_another_stack_is_refused_unless_allowed_and_marks_no_finished_study_mixed(
     tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
 ) -> None:
     folder = run_tiny(tiny_task, tiny_models["bert"], "--threads", "1")
@@ -182,7 +190,7 @@ def test_a_worker_on_another_stack_is_refused_unless_allowed_and_then_marks_the_
     assert main(worker) == 2
     assert "stack.numpy 1.0.0 -> " in capsys.readouterr().err
     assert main([*worker, "--allow-stack-change"]) == 0
-    assert _stored(folder).user_attrs["run_info"]["stack_mixed"] is True
+    assert not _stored(folder).user_attrs["run_info"].get("stack_mixed")  # the study had ended: no trial ran
 
 
 def test_until_decided_plans_its_looks_once(

@@ -125,7 +125,8 @@ def test_ctrl_c_says_what_ended_and_a_rerun_resumes_without_rerunning(
 
     monkeypatch.setattr(work, "run_trial", interrupted_second)
     folder = run_tiny(tiny_task, tiny_models["bert"], expect=130)
-    assert "interrupted: 1 of 3 planned trials ended, 2 left" in capsys.readouterr().err
+    said = "interrupted: 1 of 3 planned trials ended, 2 left (1 running trial went back to the queue)"
+    assert said in capsys.readouterr().err
     url = f"sqlite:///{folder / 'study.db'}"
 
     def numbers(state: str) -> list[int]:
@@ -216,3 +217,29 @@ def test_an_idle_worker_looks_again_as_soon_as_another_worker_of_run_ends(tmp_pa
         idle = subprocess.Popen([sys.executable, "-c", IDLE, str(armed)], env=env, process_group=0)
     ending = subprocess.Popen([sys.executable, "-c", ENDING, str(armed)])
     assert run_workers(None, [ending, idle]) == [0, 0]
+
+
+def test_a_stop_counts_the_trials_its_workers_put_back() -> None:
+    """What a stop says of the running trials: the trials these worker processes failed without
+    a record (put back), counted (0, 1, 2), not those of another worker, nor an ended trial."""
+    import socket
+
+    from optuna.trial import TrialState
+
+    from suite.study.supervise import WORKER_ATTR, trials_put_back_by
+    from suite.study.worker import put_back_note
+
+    study = optuna.create_study()
+    for pid, record in ((11, None), (12, None), (13, None), (11, {"outcome": "errored"})):
+        trial = study.ask()
+        study._storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, f"{socket.gethostname()}:{pid}")
+        if record is not None:
+            trial.set_user_attr("record", record)
+        study.tell(trial, state=TrialState.FAIL)
+    counts = [trials_put_back_by(study, pids) for pids in ([], [11], [11, 12], [14])]
+    assert counts == [0, 1, 2, 0]
+    assert [put_back_note(n) for n in (0, 1, 2)] == [
+        "no trial was running",
+        "1 running trial went back to the queue",
+        "2 running trials went back to the queue",
+    ]

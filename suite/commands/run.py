@@ -13,7 +13,7 @@ from suite.config.request import Request
 from suite.faults import reach
 from suite.outputs.run_folder import summary_rows, write_outputs
 from suite.study.offload import hand_back, start_child, tell
-from suite.study.setup import Setup
+from suite.study.setup import Setup, refuse_early
 from suite.study.supervise import (
     GO,
     Stopped,
@@ -32,12 +32,12 @@ from suite.study.supervise import (
     worker_signals,
 )
 from suite.study.worker import (
-    PUT_BACK,
     exit_status,
     interrupted_note,
     join_checked,
     open_joined,
     planned_count,
+    put_back_note,
     run_worker,
     trackers,
     watch,
@@ -54,7 +54,9 @@ def run(request: Request) -> int:
 def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
     """`run`, also giving its setup and the final records it wrote (what `--until-*` reads).
     With several workers, the first worker plans: this process, which only waits for the
-    workers, then never holds torch, the data or the pre-flight's model (benchmarks/memory.py)."""
+    workers, then never holds torch, the data or the pre-flight's model (benchmarks/memory.py).
+    What the specs and the storage alone refuse is refused first, before any process trains."""
+    refuse_early(request)
     with stops_as_interrupts():
         if str(request.workers) == "1":
             s, study, planned = _run_here(request)
@@ -166,13 +168,17 @@ def _plan_then_work(request: Request) -> int:
 
 
 def _what_became_of(stop: KeyboardInterrupt) -> str:
-    """The running trials of a stopped `run`: put back, or (named) waiting for their heartbeat."""
-    if not isinstance(stop, Stopped) or not stop.waiting:
-        return PUT_BACK
+    """The running trials of a stopped `run`: how many were put back, and those (named) waiting
+    for their heartbeat."""
+    if not isinstance(stop, Stopped):  # no worker was stopped by `run_workers`
+        return "no trial was put back"
+    if not stop.waiting:
+        return put_back_note(stop.put_back)
     trials = f"trial{'s' if len(stop.waiting) > 1 else ''} {', '.join(map(str, stop.waiting))}"
+    back = f"{put_back_note(stop.put_back)}; " if stop.put_back else ""
     return (
-        f"{trials} still marked running, not put back within {stop.grace_s:.0f} s: each goes back to "
-        "the queue once its heartbeat is stale"
+        f"{back}{trials} still marked running, not put back within {stop.grace_s:.0f} s: each goes back "
+        "to the queue once its heartbeat is stale"
     )
 
 

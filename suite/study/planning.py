@@ -31,9 +31,11 @@ def plan_study(
     """Check every input, then open the request's study and queue its plan; nothing is written
     before the checks pass (a refused study is one line, exit 2). `on_workers`: `setup_study`'s."""
     from suite.study.lock import study_lock
+    from suite.study.pending import pending_dirs, storage_faults, tell_kept
     from suite.study.plan import enqueue_plan, note_repeated_runs
     from suite.study.preflight import check_writable, make_run_folder
     from suite.study.storage import open_storage
+    from suite.study.work import conclude
 
     s = setup_study(request, on_workers)  # a storage that cannot be reached is refused here (read only)
     assert s.folder is not None  # a planned study always has a run folder
@@ -42,8 +44,9 @@ def plan_study(
     # Under the study's lock, as pops are: concurrent runs of one study create it once and
     # queue each planned trial once (the second finds the first's queue). The storage is opened
     # under it too: Optuna's creation of its tables is not safe against a concurrent one.
-    with study_lock(s.url, s.name):
+    with study_lock(s.url, s.name), storage_faults(s.url):
         study = open_or_resume(open_storage(s.url), s)
+        tell_kept(study, pending_dirs(s.url, s.folder), conclude)  # kept records: not planned again
         if "run_info" not in study.user_attrs:  # the study's creation is its provenance
             info = run_info(s.task, s.sweep, request.profile, s.model, s.prepared)
             study.set_user_attr(
@@ -105,9 +108,7 @@ def _record_resumption(study: optuna.Study, s: Setup, how: Any) -> None:
             sweep=s.sweep.model_dump(mode="json"),
         )
         info["grown"] = [*info.get("grown", []), {"date": now(), "fields": how.grown, "added": how.added}]
-    if how.stack_changed:
-        info = with_stack(info, s.stack)
-    study.set_user_attr("run_info", info)
+    study.set_user_attr("run_info", info)  # mixed once a trial runs on the new stack (resume.note_stack)
     print(f"study {s.name}: {how.describe()}", file=sys.stderr)
 
 
@@ -126,12 +127,6 @@ def adopt_stack(study: optuna.Study, s: Setup) -> bool:
     if not info.get("stack"):
         study.set_user_attr("run_info", {**info, "stack": s.stack})
     return True
-
-
-def with_stack(info: dict[str, Any], stack: dict[str, Any]) -> dict[str, Any]:
-    """Run info marked mixed, with `stack` among the stacks its trials ran on."""
-    stacks = [x for x in info.get("stacks") or [info.get("stack")] if x]
-    return {**info, "stacks": stacks if stack in stacks else [*stacks, stack], "stack_mixed": True}
 
 
 def plan_fields(fingerprint: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ fingerprint and run info: the study keeps the behaviour that absence means (`wit
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +57,8 @@ class Resumption:
                 f"adds {self.added} trials to a stored study of {self.stored} ({', '.join(self.grown)})"
             )
         if self.stack_changed:
-            parts.append(f"resumed on another software stack ({'; '.join(self.stack_changed)}): marked mixed")
+            changed = "; ".join(self.stack_changed)
+            parts.append(f"resumed on another software stack ({changed}): mixed once a trial runs on it")
         return "; ".join(parts)
 
 
@@ -193,3 +195,42 @@ def _shown(stored: dict[str, Any], current: dict[str, Any], paths: list[str]) ->
     return differences(
         {p: stored.get(p, "(absent)") for p in paths}, {p: current.get(p, "(absent)") for p in paths}
     )
+
+
+def with_stack(info: dict[str, Any], stack: dict[str, Any]) -> dict[str, Any]:
+    """Run info marked mixed, with `stack` among the stacks its trials ran on."""
+    stacks = [x for x in info.get("stacks") or [info.get("stack")] if x]
+    return {**info, "stacks": stacks if stack in stacks else [*stacks, stack], "stack_mixed": True}
+
+
+def note_stack(study: Any, stack: dict[str, Any]) -> None:
+    """A trial about to be told ran on `stack`: the study is marked mixed when that is not the
+    stack of its identity (its fingerprint's stack fields; the versions its run info recorded for
+    a study stored before stacks were) or not among the stacks it lists; only then, so a resumed
+    study in which no trial ran on another stack stays unmixed. Read afresh just before writing:
+    other workers may have added their stacks."""
+    attrs = study.user_attrs
+    info, stored = attrs.get("run_info") or {}, attrs.get("fingerprint") or {}
+    known = [x for x in info.get("stacks") or [info.get("stack")] if x]
+    if stack in known and info.get("stack_mixed"):
+        return
+    entries = (
+        {k: v for k, v in stored.items() if k.startswith(STACK)}
+        if known  # else stored before stacks: its first trials ran on the versions it recorded
+        else {f"{STACK}{k}": v for k, v in (info.get("versions") or {}).items()}
+    )
+    ran = {path: _entry(stack, path.removeprefix(STACK)) for path in entries}
+    if all(value is None or value == entries[path] for path, value in ran.items()) and (
+        stack in known or not known
+    ):
+        return
+    study.set_user_attr("run_info", with_stack(info, stack))
+
+
+def _entry(stack: dict[str, Any], path: str) -> Any:
+    """A fingerprint's stack field (`gpu.tf32`) read from a stack as a trial records it (None:
+    the trial's stack has no such entry)."""
+    try:
+        return functools.reduce(lambda value, part: value[part], path.split("."), stack)
+    except (KeyError, TypeError):
+        return None

@@ -151,6 +151,38 @@ def setup_study(request: Request, on_workers: Callable[[Setup], None] | None = N
     return replace(early, prepared=prepared, fingerprint=fingerprint, stack=stack)
 
 
+def refuse_early(request: Request) -> None:
+    """The refusals that need only the specs, the run folder's outputs and the storage (an emptied
+    or replaced storage, a changed spec, other threads), made by `run` before any process of its
+    imports torch or reads the data; `setup_study` checks again with the data and model fields."""
+    from suite.identity import study_fingerprint
+    from suite.study.resume import resumption, with_stored_fields
+    from suite.study.storage import check_outputs_held, stored_study
+
+    _, task, _, sweep = load_specs(request)
+    folder, url, name = study_address(request, task, sweep)
+    check_outputs_held(folder, url)
+    study = stored_study(url, name)
+    stored = study.user_attrs.get("fingerprint") if study is not None else None
+    if study is None or stored is None:  # a new study, or one killed while it was created
+        return
+    study_threads(request.threads, stored_threads(study), name)
+    task = with_stored_fields(task, stored)
+    heads = classifiers_used(task, sweep)
+    spec = study_fingerprint(
+        task.model_dump(mode="json"), sweep.model_dump(mode="json"), {}, {}, 0, {}, None, heads
+    )
+
+    def of_spec(fields: dict[str, Any]) -> dict[str, Any]:  # what the specs alone decide
+        return {k: v for k, v in fields.items() if k == "code_version" or k.startswith(_SPEC_FIELDS)}
+
+    info = study.user_attrs.get("run_info")
+    resumption(of_spec(stored), of_spec(spec), info, task, sweep, name, str(folder))
+
+
+_SPEC_FIELDS = ("task.", "sweep.", "head_code.")  # fingerprint fields of the task and sweep specs
+
+
 def stored_threads(study: Any) -> int | None:
     """The threads per worker a stored study was created with (its fingerprint's, else its run
     info's); None for a new study, or one killed while it was created."""

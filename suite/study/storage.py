@@ -17,7 +17,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from suite.config.sweep import SweepSpec
 from suite.config.task import TaskSpec
 from suite.errors import SuiteError
-from suite.faults import reach
+from suite.faults import FAIL_ENV, fail_storage, reach
 
 # Heartbeats, stale-trial retry and QMC are marked experimental by Optuna; they are what a
 # shared study needs, so their warnings are silenced here once.
@@ -75,7 +75,7 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     heartbeat = int(os.environ.get(HEARTBEAT_ENV, "30"))
     engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     try:
-        return optuna.storages.RDBStorage(
+        storage = _BeatingStorage(
             url,
             engine_kwargs=engine,
             heartbeat_interval=heartbeat,
@@ -84,6 +84,24 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
         )
     except Exception as err:  # SQLAlchemy raises many kinds for a bad URL or a down server
         raise SuiteError(f"--storage {public_url(url)!r}: cannot open ({str(err).splitlines()[0]})") from None
+    if os.environ.get(FAIL_ENV):
+        fail_storage(storage.engine, url)
+    return storage
+
+
+class _BeatingStorage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage whose heartbeat skips a beat the storage cannot take (a full disk, a
+    lost server) instead of ending its thread with a traceback: the worker's next write meets the
+    same fault and says so in one line (suite/study/pending.py), and beats that stay missing make
+    the trial stale, as a dead worker's."""
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            super().record_heartbeat(trial_id)
+        except (optuna.exceptions.StorageInternalError, SQLAlchemyError):
+            pass
 
 
 def storage_file(url: str) -> Path | None:

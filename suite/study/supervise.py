@@ -36,6 +36,7 @@ from suite.study.memory import allocator_env
 from suite.study.setup import Setup
 
 PARENT_ENV = "SUITE_PARENT_PID"  # in a worker `run` started: `run`'s pid (its death stops the worker)
+FOLDER_ENV = "SUITE_RUN_FOLDER"  # in a worker `run` started: the run folder (suite/study/pending.py)
 WORKER_ATTR = "worker"  # a running trial's system attribute: host:pid of the worker that took it
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_ENV = "SUITE_STOP_GRACE_S"  # how long `run` waits for stopped workers (default 60 s)
@@ -154,9 +155,9 @@ class Stopped(KeyboardInterrupt):
     held when it ended (killed after `grace_s`, or dead): each goes back to the queue when its
     heartbeat goes stale."""
 
-    def __init__(self, waiting: list[int], grace_s: float) -> None:
+    def __init__(self, waiting: list[int], grace_s: float, put_back: int = 0) -> None:
         super().__init__(f"stopped; trials waiting for their heartbeat: {waiting}")
-        self.waiting, self.grace_s = waiting, grace_s
+        self.waiting, self.grace_s, self.put_back = waiting, grace_s, put_back
 
 
 @contextmanager
@@ -223,7 +224,8 @@ def run_workers(
         except BaseException as err:  # a stop, or this process failed: no worker goes on without it
             ended = stop_workers(list(workers), grace_s())
             if isinstance(err, KeyboardInterrupt):
-                raise Stopped(trials_held_by(study, ended), grace_s()) from err
+                held, back = trials_held_by(study, ended), trials_put_back_by(study, ended)
+                raise Stopped(held, grace_s(), back) from err
             raise
 
 
@@ -239,7 +241,8 @@ def start_held_workers(s: Setup, environments: list[dict[str, str]], started: li
     for own in environments:  # the command is built per worker: none for no worker
         command = [*worker_command(s), "--wait-for-go"]
         with worker_signals():
-            process = subprocess.Popen(command, env=worker_env(own), stdin=subprocess.PIPE, process_group=0)
+            env = worker_env({**own, FOLDER_ENV: str(s.folder)} if s.folder else own)
+            process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, process_group=0)
         started.append(process)
 
 
@@ -333,3 +336,15 @@ def trials_held_by(study: Any, pids: list[int]) -> list[int]:
     ours = {f"{socket.gethostname()}:{pid}" for pid in pids}
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     return [t.number for t in running if t.system_attrs.get(WORKER_ATTR) in ours]
+
+
+def trials_put_back_by(study: Any, pids: list[int]) -> int:
+    """How many trials these worker processes put back when stopped: failed without a record
+    (what `work` does to a trial it was stopped in; an ended trial always has one)."""
+    import socket
+
+    from optuna.trial import TrialState
+
+    ours = {f"{socket.gethostname()}:{pid}" for pid in pids}
+    failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+    return sum(t.system_attrs.get(WORKER_ATTR) in ours and "record" not in t.user_attrs for t in failed)

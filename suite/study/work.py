@@ -11,6 +11,7 @@ import functools
 import json
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -22,10 +23,12 @@ from suite.errors import SuiteError
 from suite.faults import reach
 from suite.heads.registry import PreparedTask
 from suite.study.memory import release, reset_peak, trimming
+from suite.study.pending import tell_or_keep
 from suite.study.plan import held_keys, proposing_sampler, replicate_plans, retry_attrs, trial_attrs
 from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
 from suite.study.records import outcome, run_key
 from suite.study.repeated_errors import PLAN_EPOCH_ATTR, Stop, plan_epoch, study_stops
+from suite.study.resume import note_stack
 from suite.study.storage import HEARTBEAT_ENV
 from suite.study.supervise import WORKER_ATTR, idle_wait, stop_point, stops_allowed, stops_held
 from suite.study.trial_progress import TrialProgress
@@ -109,9 +112,11 @@ def work(
     progress: bool = True,
     on_done: Any = None,
     tracking: Any = None,
+    kept_in: list[Path] | None = None,
 ) -> int:
     """Run queued trials until the study is complete; returns how many this worker ran.
-    `tracking` (suite/study/trackers.py) logs each ended trial to the `--log-to` trackers.
+    `tracking` (suite/study/trackers.py) logs each ended trial to the `--log-to` trackers;
+    `kept_in`: where a record the storage would not take is kept (suite/study/pending.py).
 
     Waits while other workers' trials are running: a dead worker's trial turns stale after its
     grace period and comes back to the queue. Each trial's objects are freed before the next one
@@ -156,11 +161,8 @@ def work(
                         raise
                     finally:
                         release()  # before the next trial builds its module, optimizer and trainer
-                with queue_lock(study):  # told and, if errored, queued again: one step for a planner
-                    _tell(study, trial, record, baseline)
-                    if outcome(record) == "errored" and record["attempt"] < MAX_ATTEMPTS:
-                        attrs = retry_attrs(trial, record["attempt"] + 1)
-                        study.enqueue_trial(attrs["setting"], user_attrs=attrs, skip_if_exists=False)
+                reach("tell", trial.user_attrs["key"])
+                tell_or_keep(study, trial, record, baseline, conclude, kept_in)  # a failed write: kept
             except (KeyboardInterrupt, SystemExit) as err:  # Lightning turns Ctrl-C into SystemExit(1)
                 if trial is not None and not study._storage.get_trial(trial._trial_id).state.is_finished():
                     _put_back(study, trial)
@@ -210,6 +212,18 @@ def _run_one(
     reset_peak()  # the record's peak_rss_mb: this trial's own
     record = run_trial(task, model, plan, progress, trainer, pruning, callbacks=watch)
     return {**record, **stamp, "trial_number": trial.number, "attempt": attrs.get("attempt", 1)}
+
+
+def conclude(study: optuna.Study, trial: optuna.Trial, record: dict[str, Any], baseline: float) -> None:
+    """A finished trial told and, if errored, queued again: one step for a planner, under the
+    study's lock (the worker's, or the next `run`'s for a record kept in a side file). Its stack
+    first: a study never holds a trial of a stack it does not list."""
+    if record.get("stack"):
+        note_stack(study, record["stack"])
+    _tell(study, trial, record, baseline)
+    if outcome(record) == "errored" and record["attempt"] < MAX_ATTEMPTS:
+        attrs = retry_attrs(trial, record["attempt"] + 1)
+        study.enqueue_trial(attrs["setting"], user_attrs=attrs, skip_if_exists=False)
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, record: dict[str, Any], baseline: float) -> None:

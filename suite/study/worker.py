@@ -15,7 +15,6 @@ from suite.errors import SuiteError
 from suite.study.setup import Setup, join_study
 from suite.study.storage import public_url
 
-PUT_BACK = "a running trial went back to the queue"
 # tqdm's own ETA counts completions; the postfix carries the one from the measured time per step
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 
@@ -93,10 +92,21 @@ def planned_count(s: Setup) -> int:
     return planned_trials(s.task, s.sweep)
 
 
-def interrupted_note(study: Any, planned: int, running: str = PUT_BACK) -> str:
-    """What Ctrl-C leaves: trials ended, trials left, what became of the running ones, how to go on."""
-    from suite.study.plan import ended_runs
+def put_back_note(count: int) -> str:
+    """What a stop did with the trials its workers were running."""
+    if not count:
+        return "no trial was running"
+    return f"{count} running trial{'s' if count > 1 else ''} went back to the queue"
 
+
+def interrupted_note(study: Any, planned: int, running: str | None = None) -> str:
+    """What Ctrl-C leaves: trials ended, trials left, what became of the running ones (by default
+    those this process was running), how to go on."""
+    from suite.study.plan import ended_runs
+    from suite.study.supervise import trials_put_back_by
+
+    if running is None:
+        running = put_back_note(trials_put_back_by(study, [os.getpid()]))
     ended = len(ended_runs(study))
     left = max(0, planned - ended)
     return (
@@ -109,9 +119,11 @@ def run_worker(study: Any, s: Setup, progress: bool) -> int:
     from tqdm.auto import tqdm
 
     from suite.study.memory import allocator
+    from suite.study.pending import pending_dirs, storage_faults, tell_kept
     from suite.study.plan import finished_records
     from suite.study.progress import study_progress
-    from suite.study.work import work
+    from suite.study.queue import queue_lock
+    from suite.study.work import conclude, work
 
     info = study.user_attrs["run_info"]
     stamp = {
@@ -141,8 +153,14 @@ def run_worker(study: Any, s: Setup, progress: bool) -> int:
         bar.update()
 
     tracking = trackers(s, study.study_name)
+    kept_in = pending_dirs(s.url, s.folder)
     try:
-        return work(study, s.prepared, s.model, s.sweep, stamp, s.trainer, progress, done, tracking)
+        with storage_faults(s.url):  # taking a trial on a full disk: one line too
+            with queue_lock(study):  # records kept here by a failed write (unless `run` told them)
+                tell_kept(study, kept_in, conclude)
+            return work(
+                study, s.prepared, s.model, s.sweep, stamp, s.trainer, progress, done, tracking, kept_in
+            )
     finally:
         bar.close()
 
@@ -180,8 +198,9 @@ def open_joined(request: Request) -> tuple[Any, Setup]:
 
 def join_checked(study: Any, s: Setup) -> None:
     """Refuse a stored study this worker would not run the same way; store this worker's stack
-    when the study has none yet (planned by `launch`), or mark it mixed for an allowed stack."""
-    from suite.study.planning import adopt_stack, with_stack
+    when the study has none yet (planned by `launch`). An allowed stack change marks it mixed once
+    a trial runs on it (`resume.note_stack`)."""
+    from suite.study.planning import adopt_stack
     from suite.study.resume import resumption
 
     def check() -> Any:  # the study's attributes are read afresh on each call
@@ -195,6 +214,4 @@ def join_checked(study: Any, s: Setup) -> None:
             f"study {s.name!r}: its stored plan differs from its run info; rerun `suite run` first"
         )
     if how.adopt_stack and not adopt_stack(study, s):  # another worker stored its stack first
-        how = check()
-    if how.stack_changed:  # re-read just before writing: other workers may have added their stacks
-        study.set_user_attr("run_info", with_stack(study.user_attrs["run_info"], s.stack))
+        check()
