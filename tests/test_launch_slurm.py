@@ -20,7 +20,7 @@ import optuna
 import pytest
 
 from suite.commands.cli import main
-from suite.commands.launch_slurm import running
+from suite.study.slurm import running
 
 POSTGRES = os.environ.get("SUITE_TEST_POSTGRES_URL")
 CLUSTERS = {"accounting": "SUITE_TEST_SLURM_CONF", "none": "SUITE_TEST_SLURM_NOACCT_CONF"}

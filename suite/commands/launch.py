@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from suite.commands import launch_slurm
 from suite.commands.launch_job import worker_job
 from suite.config.request import Request
 from suite.data.paths import data_dir
 from suite.errors import SpecError, SuiteError
 from suite.model.devices import usable_cpus
 from suite.outputs.run_folder import write_outputs
+from suite.study import slurm
 from suite.study.planning import now, plan_study
 from suite.study.setup import Setup
 from suite.study.storage import public_url, write_atomic
@@ -91,7 +91,7 @@ def launch(request: Request, how: Launch) -> int:
     assert s.folder is not None
     count = min(how.workers, _left_to_run(study, s, how.workers))
     limit = parameters["timeout_min"]
-    if how.executor == "slurm" and (late := launch_slurm.time_limit_warning(study, limit)):
+    if how.executor == "slurm" and (late := slurm.time_limit_warning(study, limit)):
         print(late, file=sys.stderr)
     if count:  # none left: a rerun after the jobs ended writes the outputs
         jobs = submit(s, how.executor, parameters, cpus, count)
@@ -166,9 +166,9 @@ def _left_to_run(study: Any, s: Setup, workers: int) -> int:
 def submit(s: Setup, executor_name: str, parameters: dict[str, Any], cpus: int, count: int) -> list[Any]:
     """`count` worker jobs on the study (one array on Slurm), their logs under the run folder."""
     assert s.folder is not None
-    code = launch_slurm.code_root()
+    code = slurm.code_root()
     if executor_name == "slurm":  # the job's environment and the limit's signal, not in launch.json
-        parameters = {**parameters, **launch_slurm.slurm_parameters(parameters["timeout_min"], code)}
+        parameters = {**parameters, **slurm.slurm_parameters(parameters["timeout_min"], code)}
     executor = make_executor(executor_name, s.folder / "jobs", parameters)
     root = data_dir(s.request.data_dir)
     job = Request(
@@ -285,7 +285,7 @@ def _wait_for(jobs: list[Any], study: Any, s: Setup, executor: str, quiet: bool)
     poll_s = float(os.environ.get(POLL_ENV, POLL_S[executor]))
     if executor == "slurm":
         ids = [str(j.job_id) for j in jobs]
-        running = lambda: launch_slurm.running(ids)  # noqa: E731
+        running = lambda: slurm.running(ids)  # noqa: E731
     else:
         running = lambda: not all(j.done() for j in jobs)  # noqa: E731
     if quiet:
@@ -328,7 +328,7 @@ def _report(jobs: list[Any], executor: str) -> None:
     """Slurm: one line per job, its state; local: one line per job that failed (the study's state,
     not the jobs', decides the exit code)."""
     if executor == "slurm":
-        launch_slurm.report(jobs, _raised)
+        slurm.report(jobs, _raised)
         return
     for job in jobs:
         if not job.paths.result_pickle.exists():  # killed: time or memory limit, preempted, a signal

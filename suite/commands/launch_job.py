@@ -1,46 +1,27 @@
 """What one `suite launch` job runs on its node: submitit unpickles `worker_job` there and calls it.
 
-The job first checks that it imported the launcher's code. The signal Slurm sends before the job's
-time limit (`--signal=USR2@lead`, `launch_slurm.signal_lead_s`) stops the worker the way SIGTERM
-does: its trial goes back to the queue with no attempt spent (submitit's own handler would raise
-inside the trial and record it errored). A trial that time limits as long as this job's put back
-twice is not taken again: the job says so in one line and cancels the rest of its array. The job's log
-holds one line per trial started and ended (`launch_log`) and one line for a stop; the result the
+The job first checks that it imported the launcher's code, then works as `suite worker` does; the
+time limit's signal stops it the way SIGTERM does (`suite.study.slurm_job`). The job's log holds one
+line per trial started and ended (`suite.study.job_log`) and one line for a stop; the result the
 launcher reads is that line.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-from pathlib import Path
-from typing import Any
 
 from suite.config.request import Request
-from suite.errors import SuiteError
-
-TIME_LIMIT = signal.SIGUSR2  # submitit's --signal (SUBMITIT_PREEMPT_SIGNAL unset)
-TIME_LIMITED_ATTR = "time_limited"  # study attr: key -> [[array job, seconds it ran, limit min], ...]
-MAX_TIME_LIMITED = 2  # put-backs by one launch's time limits before a trial is held
-
-
-class BeforeStart(KeyboardInterrupt):
-    """The time limit's signal before this job took a trial (its imports)."""
-
-
-def _before_start(signum: int, frame: Any) -> None:
-    raise BeforeStart(signal.Signals(signum).name)
+from suite.study.slurm_job import BeforeStart, check_code, stopped, watch_time_limit
 
 
 def worker_job(request: Request, code: str, limit_min: int | None = None) -> str:
     """One submitted job: `suite worker` on the study, in this process, from the launcher's `code`
     under a time limit of `limit_min` minutes. Returns its one line."""
-    signal.signal(TIME_LIMIT, _before_start)  # first: the imports below take seconds
+    watch_time_limit()  # first: the imports below take seconds
     check_code(code)
-    from suite.commands.launch_log import logging_trials
     from suite.commands.run import worker
+    from suite.study.job_log import logging_trials
+    from suite.study.slurm_job import TIME_LIMIT
     from suite.study.supervise import stop_also_on, stop_received
 
     stop_also_on(TIME_LIMIT)
@@ -53,60 +34,3 @@ def worker_job(request: Request, code: str, limit_min: int | None = None) -> str
         print(line, file=sys.stderr)
         return line
     return "ended: no trial left to take"
-
-
-def check_code(code: str) -> None:
-    """Refuse, in one line, a job that imported `suite` from somewhere else than the launcher."""
-    import suite
-
-    here = Path(suite.__file__).resolve().parent.parent
-    if here != Path(code):
-        raise SuiteError(
-            f"this job imported suite from {here}, the launcher ran {code}: run both from one "
-            "checkout (PYTHONPATH or the venv's install)"
-        )
-
-
-def stopped(request: Request, why: str, limit_min: int | None) -> str:
-    """What a stop did: which trial went back to the queue (none: it came before one was taken)."""
-    from suite.commands.launch_log import trial_put_back
-
-    study, trial = trial_put_back(request)
-    cause = "the time limit's signal" if why == "SIGUSR2" else f"{why} (scancel, the time limit or a stop)"
-    if trial is None:
-        return f"stopped by {cause} before taking a trial"
-    ran = (trial.datetime_complete - trial.datetime_start).total_seconds()
-    line = f"stopped by {cause}: trial {trial.user_attrs['key']} went back to the queue after {ran:.0f} s"
-    if why != "SIGUSR2":
-        return line + " (no attempt spent)"
-    times = count_time_limited(study, trial.user_attrs["key"], ran, limit_min)
-    if len(times) < MAX_TIME_LIMITED:
-        return line + " (no attempt spent)"
-    cancel_array()
-    return (
-        f"time limit shorter than a trial: trial {trial.user_attrs['key']} ran "
-        f"{' s, '.join(f'{t:.0f}' for t in times)} s before {len(times)} time limits and is not taken "
-        "again by this launch (its other jobs cancelled); rerun with a longer --slurm-time"
-    )
-
-
-def count_time_limited(study: Any, key: str, ran: float, limit_min: int | None) -> list[float]:
-    """Record that a time limit of `limit_min` put `key` back after `ran` s; how long it ran each
-    time a limit at least as long did so."""
-    from suite.study.queue import queue_lock
-
-    array = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID", "")
-    with queue_lock(study):
-        held = dict(study.user_attrs.get(TIME_LIMITED_ATTR, {}))
-        held[key] = [*held.get(key, []), [array, round(ran, 1), limit_min]]
-        study.set_user_attr(TIME_LIMITED_ATTR, held)
-    # a longer limit starts afresh (a rerun given more time); one as short or shorter counts them all
-    return [seconds for _, seconds, limit in held[key] if (limit or 0) >= (limit_min or 0)]
-
-
-def cancel_array() -> None:
-    """Cancel this job's array: its other jobs put their trials back (SIGTERM), this one ends."""
-    array = os.environ.get("SLURM_ARRAY_JOB_ID")
-    if array:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cancel reaches this job too
-        subprocess.run(["scancel", array], check=False)

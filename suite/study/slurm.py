@@ -130,7 +130,7 @@ def _outcome(job: Any) -> tuple[str, Any]:
 def time_limit_warning(study: Any, minutes: int) -> str | None:
     """One line when the study's trials need more than a job's time limit leaves them: a stored
     trial took longer, or a limit as long or longer put one back unfinished."""
-    from suite.commands.launch_job import TIME_LIMITED_ATTR
+    from suite.study.slurm_job import TIME_LIMITED_ATTR
 
     usable = minutes * 60 - signal_lead_s(minutes)
     for key, times in (study.user_attrs.get(TIME_LIMITED_ATTR) or {}).items():
