@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from suite.config.request import Request
+from suite.study.periodic import periodically
 
 POLL_S = 1.0  # how often the log looks at this worker's running trials
 
@@ -47,7 +47,6 @@ def logging_trials(request: Request) -> Iterator[None]:
     storage = open_storage(str(request.storage))
     study_id = storage.get_study_id_from_name(str(request.study))
     seen: dict[int, bool] = {}  # trial id -> whether its end was said
-    done = threading.Event()
 
     def look(every: bool = False) -> None:
         """This worker's trials that started or ended since the last look; `every`: also those
@@ -74,17 +73,10 @@ def logging_trials(request: Request) -> Iterator[None]:
         except Exception as err:  # the log must never stop the worker
             print(f"job log: {type(err).__name__}: {err}", file=sys.stderr)
 
-    def poll() -> None:
-        while not done.wait(POLL_S):
-            safely()
-
-    thread = threading.Thread(target=poll, name="suite-job-log", daemon=True)
-    thread.start()
     try:
-        yield
+        with periodically(safely, POLL_S, "suite-job-log"):
+            yield
     finally:
-        done.set()
-        thread.join()
         safely(every=True)
 
 

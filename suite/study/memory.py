@@ -30,7 +30,6 @@ import ctypes.util
 import gc
 import os
 import sys
-import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import cache
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
+from suite.study.periodic import periodically
 
 TRIM_PERIOD_S = 10.0  # seconds between trims while a worker runs (see above)
 ALLOCATOR_ENV = "SUITE_ALLOCATOR"  # auto (jemalloc where installed, the default) or system
@@ -167,16 +167,5 @@ def trimming(period: float = TRIM_PERIOD_S) -> Iterator[None]:
     if _glibc() is None:
         yield
         return
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.wait(period):
-            trim()
-
-    thread = threading.Thread(target=loop, name="suite-trim", daemon=True)
-    thread.start()
-    try:
+    with periodically(trim, period, "suite-trim"):
         yield
-    finally:
-        stop.set()
-        thread.join()
