@@ -41,8 +41,24 @@ def test_plan_counts_estimates_and_writes_nothing(
     ]
     assert "estimate: ~" in text and "for the 12 trials to run on 1 worker(s) x 1 threads" in text
     assert "batch 8: " in text
+    # every setting under the 200-step floor: one warning line, and what lifts them
+    assert "warning: 4 of 4 setting(s) train fewer than 200 optimizer steps" in text
+    assert "size 16 lr=0.001: 4, size 16 lr=0.002: 4, size 32 lr=0.001: 8, size 32 lr=0.002: 8" in text
     # While it times the steps, a progress bar on stderr: 1 batch size, a warm-up, 3 timed steps, 1 dev batch
     assert "plan: timing 3 training steps per batch size" in progress and "0/5" in progress
+
+
+def test_plan_shows_min_steps_lifting_every_setting_to_the_floor(
+    tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
+) -> None:
+    """16 examples at batch 8, 2 epochs: 4 steps; min_steps 200 evaluates every 50th epoch, so
+    100 epochs of 2 steps; 32 examples: every 25th, 50 epochs of 4 steps. No warning then."""
+    code, _ = _plan(
+        tiny_task, tiny_models["bert"], "--set", "sizes=[16, 32]", "--set", "sweep.hparams.min_steps=200"
+    )
+    text = capsys.readouterr().out
+    steps = [line.split()[3] for line in text.splitlines() if line.strip().startswith(("16 ", "32 "))]
+    assert code == 0 and steps == ["200", "200"] and "warning" not in text
 
 
 def test_plan_reports_what_the_storage_holds_and_a_refusal(

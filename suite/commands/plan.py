@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from suite.config.request import Request
-from suite.config.task import size_order
 from suite.errors import SuiteError
+from suite.study.budget import Budget, budgets, floor_warning, setting_label, steps_of
 from suite.study.setup import Setup, setup_study
 from suite.training.trial_plan import TrialPlan
 
@@ -36,20 +36,19 @@ def plan(request: Request) -> int:
     print(describe_plan(s, plans))
     line, refusal, held = storage_report(s, {p.key for p in plans})
     print(line)
+    rows = budgets(s.prepared.data, s.sweep.space, plans)
     if s.trainer.get("accelerator") == "gpu" and not torch.cuda.is_available():
+        print(budget_table(rows, {}))
         print("estimate: none (the trials run on a GPU, and this machine has none)")
     else:
         torch.set_num_threads(s.threads)
-        print(estimate(s, plans, held))
+        print(estimate(s, plans, held, rows))
+    if warning := floor_warning(rows):
+        print(warning)
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)
         return 2
     return 0
-
-
-def _label(values: dict[str, Any]) -> str:
-    text = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
-    return text or "(fixed)"
 
 
 def describe_plan(s: Setup, plans: list[TrialPlan]) -> str:
@@ -68,7 +67,7 @@ def describe_plan(s: Setup, plans: list[TrialPlan]) -> str:
         per_setting = len(replicate_seeds(sweep, next((z for z in task.sizes if z != "full"), "full")))
     lines = [
         f"plan: study {s.name!r} (model {s.model}, sweep {sweep.name})",
-        f"fixed: {_label(sweep.hparams)}",
+        f"fixed: {_fixed(sweep.hparams)}",
         f"seeds: {grid} x {subsamples} subsample(s) per size and setting",
         f"planned: {len(task.sizes)} size(s) x {len(settings)} setting(s) x {per_setting} seeds{whole}"
         f" = {len(plans)} trials",
@@ -118,34 +117,28 @@ def storage_report(s: Setup, keys: set[str]) -> tuple[str, str | None, set[str]]
     return line, refusal, held
 
 
-def estimate(s: Setup, plans: list[TrialPlan], held: set[str]) -> str:
-    """Per (size, setting) row: training examples, steps and the estimated time of one trial;
-    then the time of the trials still to run (not `held`) on the setup's workers."""
+def estimate(s: Setup, plans: list[TrialPlan], held: set[str], rows: list[Budget]) -> str:
+    """`budget_table` with the estimated time of one trial per (size, setting); then the time of
+    the trials still to run (not `held`) on the setup's workers."""
     data = s.prepared.data
     dev = data.features("dev", data.dev_indices())
     n_dev, n_curve = len(dev), len(s.prepared.curve_features(dev)[0])  # each epoch but the last: the sample
     sizes = sorted({p.hparams.batch_size for p in plans})
     step_s = _timed(s, {bs: next(p for p in plans if p.hparams.batch_size == bs) for bs in sizes})
     eval_s = step_s[sizes[0]][1]
-    rows: dict[tuple[str, str], dict[str, float]] = {}
+    seconds: dict[tuple[str, str], float] = {}
     todo = 0.0
     for p in plans:
         h = p.hparams
         n = len(data.features("train", data.train_indices(p.size, p.seeds.subsample)))
-        steps = h.epochs_for(n) * math.ceil(n / h.batch_size)
         evals = (h.epochs - 1) * math.ceil(n_curve / EVAL_BATCH) + math.ceil(n_dev / EVAL_BATCH)
-        seconds = steps * step_s[h.batch_size][0] + evals * eval_s
-        row = rows.setdefault(
-            (str(p.size), _label({k: getattr(h, k) for k in s.sweep.space})), {"trials": 0, "seconds": 0.0}
-        )
-        row.update(n=n, steps=steps, trials=row["trials"] + 1, seconds=row["seconds"] + seconds)
-        todo += 0.0 if p.key in held else seconds
+        trial_s = steps_of(h, n) * step_s[h.batch_size][0] + evals * eval_s
+        key = (str(p.size), setting_label(h, s.sweep.space))
+        seconds[key] = seconds.get(key, 0.0) + trial_s
+        todo += 0.0 if p.key in held else trial_s
     if s.sweep.adaptive:  # stand-in settings: scale the whole plan by the share still to run
-        todo = sum(r["seconds"] for r in rows.values()) * max(0, len(plans) - len(held)) / len(plans)
-    lines = [f"{'size':>6s}  {'setting':30s} {'n_train':>7s} {'steps':>6s} {'trials':>6s}  est. per trial"]
-    for (size, setting), r in sorted(rows.items(), key=lambda kv: (size_order(kv[0][0]), kv[0][1])):
-        per_trial = _duration(r["seconds"] / r["trials"])
-        lines.append(f"{size:>6s}  {setting:30s} {r['n']:7d} {r['steps']:6d} {r['trials']:6d}  {per_trial}")
+        todo = sum(seconds.values()) * max(0, len(plans) - len(held)) / len(plans)
+    lines = [budget_table(rows, seconds)]
     calibrated = ", ".join(f"batch {bs}: {t:.2f} s/step" for bs, (t, _) in sorted(step_s.items()))
     side_by_side, where = s.workers, f"{s.workers} worker(s) x {s.threads} threads"
     if s.trainer["accelerator"] == "gpu":  # workers sharing a card do not add up (1.3x at 6 measured)
@@ -160,6 +153,22 @@ def estimate(s: Setup, plans: list[TrialPlan], held: set[str]) -> str:
         f"{EVAL_BATCH}: {eval_s:.2f} s)"
     )
     return "\n".join(lines)
+
+
+def budget_table(rows: list[Budget], seconds: dict[tuple[str, str], float]) -> str:
+    """Per (size, setting): training examples, optimizer steps and trials, and the estimated time
+    of one trial where `seconds` (the row's trials together) has it."""
+    lines = [f"{'size':>6s}  {'setting':30s} {'n_train':>7s} {'steps':>6s} {'trials':>6s}  est. per trial"]
+    for b in rows:
+        total = seconds.get((b.size, b.setting))
+        per_trial = _duration(total / b.trials) if total is not None else "-"
+        lines.append(f"{b.size:>6s}  {b.setting:30s} {b.n_train:7d} {b.steps:6d} {b.trials:6d}  {per_trial}")
+    return "\n".join(lines)
+
+
+def _fixed(values: dict[str, Any]) -> str:
+    text = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+    return text or "(none)"
 
 
 def _timed(s: Setup, trials: dict[int, TrialPlan]) -> dict[int, tuple[float, float]]:

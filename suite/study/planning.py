@@ -63,7 +63,22 @@ def plan_study(
         enqueue_plan(study, s.task, s.sweep)  # a random or QMC study's settings: drawn once, stored
         if note := note_repeated_runs(study):  # planned before `full` was planned once
             print(note, file=sys.stderr)
+    print_budgets(s)  # not a progress bar: --quiet keeps it
     return s, study
+
+
+def print_budgets(s: Setup) -> None:
+    """The run's header: each setting's optimizer steps, and a warning below the floor (before
+    any trial trains). A TPE study's settings come from results: its stand-ins are not shown."""
+    from suite.study.budget import budgets, floor_warning, steps_line
+    from suite.study.plan import plan_trials
+
+    if s.sweep.adaptive:
+        return
+    rows = budgets(s.prepared.data, s.sweep.space, plan_trials(s.task, s.sweep))
+    print(steps_line(rows), file=sys.stderr)
+    if warning := floor_warning(rows):
+        print(warning, file=sys.stderr)
 
 
 def open_or_resume(storage: Any, s: Setup) -> optuna.Study:
