@@ -18,6 +18,7 @@ from scipy import stats
 
 from suite.stats.design import Z95, Layout, by_setting, layout
 from suite.stats.estimates.components import variance_components
+from suite.stats.estimates.coverage import flag_coverage
 from suite.stats.estimates.expected_maximum import WITHOUT_REPLACEMENT, expected_max
 from suite.stats.estimates.gap import our_variance
 from suite.stats.estimates.uncertainty import intervals
@@ -91,7 +92,8 @@ def summarize(records: Sequence[TrialRecord], seed: int = 0, resamples: int = 20
       "excluding_failed"["intervals"]: {median, mean, std, iqr},
       "intervals": {median, mean, std, iqr, failure_rate}, each {estimate, ci95, unit, method}
           (ci95 None and method "cannot bound: ..." where the runs cannot bound it, with `tied`
-          where they all tie: `uncertainty.intervals`; never a zero-width interval),
+          where they all tie: `uncertainty.intervals`; never a zero-width interval; `coverage`
+          {shape, measured, source} where the runs' shape is one it under-covers: coverage.py),
       "seeds_needed": `seeds_needed` (None over several settings or < 2 scored runs),
       "variance_components": uncertainty.variance_components (None over several settings)}
     """
@@ -121,6 +123,8 @@ def summarize(records: Sequence[TrialRecord], seed: int = 0, resamples: int = 20
         if exclude:
             block["intervals"] = found
         else:
+            if one_setting and records:  # the shape's measured coverage, where it misses 95%
+                flag_coverage(found, records, layout(records).design)
             out["intervals"] = found
         out[name] = block
     out["seeds_needed"] = seeds_needed(records, median=out["intervals"]["median"]) if one_setting else None
