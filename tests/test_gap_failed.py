@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.gap_collapse import draw_study, gap_after, reported_mean, shaped_layout
+from benchmarks.gap_collapse import draw_study, gap_after, reported_mean, reported_median, shaped_layout
 from suite.stats.estimates import gap_to_reported
 from suite.stats.estimates.gap import stacked_failed_gap, stacked_gap
 from tests.designs import grid_records
@@ -79,3 +79,44 @@ def test_on_normal_scores_it_is_the_old_test_above_ours() -> None:
     above = reported > y.mean((1, 2, 3))  # below ours, j > 0 may explain it: then p is larger
     assert above.mean() > 0.7 and np.array_equal(old[above], new["p"][above])
     assert (new["failed"][above] == 0).all() and (new["p"] >= old).all()
+
+
+def test_a_median_that_failed_runs_explain_is_not_a_gap() -> None:
+    """A median of 5 with 2 failed runs is the lowest of the 3 that succeeded; with 3 failed it is
+    a failed run's score. 63.0 against our six runs: the mixture-blind test p = 0.04; two failed
+    runs explain it (p 0.25). Above ours the test is the old one."""
+    blind = gap_to_reported(OURS, 63.0, "median", n_runs=5)
+    assert blind["p_two_sided"] < 0.05 and "failed_runs_explain" not in blind
+    gap = gap_to_reported(runs(OURS), 63.0, "median", n_runs=5)
+    assert gap["p_two_sided"] > 0.2 and gap["failed_runs_explain"] == 2
+    assert gap["reference"].startswith("median of 5 runs, any of them failed (scoring 52.7-52.7)")
+    at_baseline = gap_to_reported(runs(OURS), 52.7, "median", n_runs=5)
+    assert at_baseline["p_two_sided"] == 1.0 and at_baseline["failed_runs_explain"] == 3
+    assert gap_to_reported(runs(OURS), 45.0, "median", n_runs=5)["p_two_sided"] < 0.05  # below the baseline
+    above = gap_to_reported(runs(OURS), 69.0, "median", n_runs=5)
+    blind_above = gap_to_reported(OURS, 69.0, "median", n_runs=5)["p_two_sided"]
+    assert above["p_two_sided"] == pytest.approx(blind_above) and blind_above < 0.05
+    assert above["failed_runs_explain"] == 0
+
+
+def test_an_even_ks_median_averages_a_failed_run_and_the_lowest_that_succeeded() -> None:
+    """k = 4 with 2 failed: the median is (v + the lowest of 2 succeeded) / 2, so a reported value
+    halfway between the baseline and ours is explained; a value far below the baseline is not."""
+    halfway = (52.7 + 64.5) / 2
+    gap = gap_to_reported(runs(OURS), halfway, "median", n_runs=4)
+    assert gap["p_two_sided"] > 0.2 and gap["failed_runs_explain"] == 2
+    assert gap_to_reported(OURS, halfway, "median", n_runs=4)["p_two_sided"] < 0.01  # mixture-blind
+
+
+@pytest.mark.parametrize("name, shape, share", [("N=3", (3, 1), 0.4), ("3x3", (3, 3), 0.3)])
+def test_the_medians_type_one_error_holds_at_rte_depth(
+    name: str, shape: tuple[int, int], share: float
+) -> None:
+    """The cells where the mixture-blind median test rejected most (N = 3 with 40% failed: 6.1-7.2%;
+    3 x 3 grids with 30-40% of init seeds failed: 6.9-7.9%, 2000 studies): a reported median of 5,
+    4.4 SD deep, 1000 studies (MC SE 0.7%): at most 5% rejected where the test decides."""
+    rng = np.random.default_rng(46)
+    y, failed = draw_study(shape, share, 4.4, 1000, rng)
+    reported = reported_median(share, 4.4, 1000, 5, rng)
+    p = gap_after(y, failed, shape, reported, 5, 4.4, 300, "median")
+    assert np.mean(p[np.isfinite(p)] < 0.05) <= 0.05, name

@@ -23,7 +23,8 @@ from suite.stats.estimates.expected_maximum import (
     expected_max,
 )
 from suite.stats.estimates.failure_rate import failure_interval, least_share, wilson
-from suite.stats.estimates.gap import gap_to_reported, predictive_draws
+from suite.stats.estimates.gap import gap_to_reported
+from suite.stats.estimates.gap_reference import predictive_draws
 from suite.stats.estimates.summary import (
     bootstrap_ci,
     explained_by_settings,

@@ -12,215 +12,18 @@ reference it can enter.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from suite.stats.decide import verdict
-from suite.stats.design import (
-    Layout,
-    by_setting,
-    draw_indices,
-    layout,
-    pad_grids,
-    stacked_terms,
-    stacked_widening,
-)
+from suite.stats.design import Layout, by_setting, layout
 from suite.stats.estimates.expected_maximum import expected_max
+from suite.stats.estimates.gap_reference import stacked_gap, stacked_order_gap
 from suite.stats.estimates.rank_gap import rank_test
-from suite.stats.estimates.uncertainty import Statistic, no_spread, reduce
+from suite.stats.estimates.uncertainty import no_spread, reduce
 from suite.study.records import TrialRecord, finite_scores, outcome, score
-
-
-def predictive_draws(
-    records: Sequence[TrialRecord],
-    k: int,
-    statistic: Statistic,
-    resamples: int = 4000,
-    seed: int = 0,
-    eval_sd: float = 0.0,
-) -> np.ndarray:
-    """The statistic of k runs as another study of k runs would get them (a paper's median of 5),
-    predicted from ours. Each replicate resamples our runs by the design bootstrap, so that the
-    uncertainty of our own N runs enters, then draws k runs from it with replacement, all under
-    one subsample seed (a paper's runs share one training set), each with its own init and order
-    seeds. The part of each draw that is our own uncertainty (the replicate's statistic minus
-    ours) is widened like `intervals` (few seeds: t, and the bootstrap's (n-1)/n); the k-run
-    sampling around the replicate is not (widening it too made grids conservative: 1.9%
-    false positives at 3 x 3). Runs of several settings are pooled as independent runs.
-    `eval_sd` (the scores' scale): sd of our evaluation subsample's score around the full
-    evaluation set's, one draw per replicate (the k runs of a replicate share one eval set)."""
-    if len(by_setting(records)) > 1:
-        records = [{"score": r.get("score")} for r in records]
-    lay = layout(records)
-    return stacked_predictive(lay, lay.grid[None], k, statistic, resamples, seed, eval_sd)[0]
-
-
-def stacked_predictive(
-    lay: Layout,
-    grids: np.ndarray,
-    k: int,
-    statistic: Statistic,
-    resamples: int = 4000,
-    seed: int = 0,
-    eval_sd: float = 0.0,
-) -> np.ndarray:
-    """`predictive_draws` of T studies of one layout, `grids` (T, S, A, C) -> (T, resamples)."""
-    rng = np.random.default_rng(seed)
-    n_t = len(grids)
-    s, a, c = draw_indices(lay, n_t * resamples, rng)
-    rows = np.arange(n_t * resamples)
-    slot = rng.integers(s.shape[1], size=rows.size)
-    sub = s[rows, slot]
-    a_row = a[rows, slot if a.shape[1] > 1 else 0]
-    c_row = c[rows, slot if c.shape[1] > 1 else 0]
-    j = (rng.random((rows.size, k)) * lay.a_count[sub][:, None]).astype(int)
-    m = (rng.random((rows.size, k)) * lay.c_count[sub][:, None]).astype(int)
-    t = np.repeat(np.arange(n_t), resamples)
-    padded = pad_grids(grids)
-    values = padded[
-        t[:, None], sub[:, None], np.take_along_axis(a_row, j, 1), np.take_along_axis(c_row, m, 1)
-    ]
-    replicate = padded[t[:, None, None, None], s[:, :, None, None], a[:, :, :, None], c[:, :, None, :]]
-    ours = reduce(replicate.reshape(rows.size, -1), statistic).reshape(n_t, resamples)
-    center = reduce(grids.reshape(n_t, -1), statistic)[:, None]
-    factor = stacked_widening(*stacked_terms(lay, grids))[0][:, None]
-    theirs = reduce(values, statistic).reshape(n_t, resamples) - ours
-    draws = center + factor * (ours - center) + theirs  # only our own uncertainty is widened
-    return draws + rng.normal(0.0, eval_sd, draws.shape) if eval_sd > 0 else draws
-
-
-def _efficiency(statistic: str, n: int) -> float:
-    """Variance of the statistic of n normal runs over sigma^2 / n: the median's pi/2 (its small-n
-    value is lower: 1.35 at n = 3, so this errs wide); a median of 1 or 2 runs is their mean."""
-    return math.pi / 2 if statistic == "median" and n >= 3 else 1.0
-
-
-def _satterthwaite(parts: Sequence[tuple[np.ndarray, np.ndarray | float]]) -> np.ndarray:
-    total = sum(v for v, _ in parts)
-    with np.errstate(all="ignore"):
-        return total**2 / sum(np.where(v > 0, v**2 / np.maximum(d, 1e-12), 0.0) for v, d in parts)
-
-
-def _mean_squares(lay: Layout, g: np.ndarray) -> list[tuple[np.ndarray, int]]:
-    """One subsample seed's (T, A, C) scores: crossed, [var(row means), var(col means), residual
-    mean square] with their df; independent, [var(runs)]."""
-    if lay.design != "crossed":
-        return [(np.nanvar(g[:, :, 0], 1, ddof=1), int(np.isfinite(g[0, :, 0]).sum()) - 1)]
-    n_a, n_c = int(np.isfinite(g[0]).any(1).sum()), int(np.isfinite(g[0]).any(0).sum())
-    rows, cols = np.nanmean(g, 2), np.nanmean(g, 1)
-    resid = g - rows[:, :, None] - cols[:, None, :] + np.nanmean(g, (1, 2))[:, None, None]
-    df_e = (n_a - 1) * (n_c - 1)
-    return [
-        (np.nanvar(rows, 1, ddof=1), n_a - 1),
-        (np.nanvar(cols, 1, ddof=1), n_c - 1),
-        (np.nansum(resid**2, (1, 2)) / max(df_e, 1), df_e),
-    ]
-
-
-def _pooled(lay: Layout, grids: np.ndarray) -> list[tuple[np.ndarray, int]]:
-    """`_mean_squares` pooled over subsample seeds (weighted by df), df summed."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        each = [_mean_squares(lay, grids[:, s]) for s in range(grids.shape[1])]
-    out = []
-    for parts in zip(*each, strict=True):
-        df = sum(d for _, d in parts if d > 0)
-        total = sum(d * np.nan_to_num(v) for v, d in parts if d > 0)
-        out.append((total / df if df else np.zeros(len(grids)), df))
-    return out
-
-
-def our_variance(lay: Layout, grids: np.ndarray, statistic: str) -> tuple[np.ndarray, np.ndarray]:
-    """(T,) variance of our own median or mean, normal theory, and its df: the design SE^2 of
-    the mean (`stacked_terms`) times the statistic's efficiency; on a crossed grid those terms
-    count the residual twice and a median of shared init / order shifts is their mean, so the
-    efficiency enters through the residual mean square only: terms + (eff - 2) mse / N."""
-    c, levels = stacked_terms(lay, grids)
-    big_n = int(np.isfinite(grids[0]).sum())
-    efficiency, df = _efficiency(statistic, big_n), stacked_widening(c, levels)[1]
-    if lay.design != "crossed":
-        return efficiency * c.sum(1), df
-    mse, df_e = _pooled(lay, grids)[2]
-    correction = (efficiency - 2) * mse / big_n
-    variance = np.maximum(c.sum(1) + correction, 0.25 * c.sum(1))
-    return variance, _satterthwaite([(c.sum(1), df), (np.abs(correction), df_e)])
-
-
-def t_reference(lay: Layout, grids: np.ndarray, statistic: str, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(T,) variance of (their k-run statistic - ours) and its df, normal theory, from ANOVA mean
-    squares. Theirs: k independent runs under one subsample seed, each of variance
-    sigma_init^2 + sigma_order^2 + sigma_resid^2 (crossed: v_r - mse/J + v_c - mse/I + mse),
-    times the statistic's efficiency / k, plus one subsample effect. Ours: the design SE^2 of the
-    mean (`stacked_terms`; on a grid it counts the residual twice: the median's efficiency enters
-    through the residual only, as a median of shared init / order shifts is their mean). df:
-    Satterthwaite over the mean squares on one crossed subsample seed (exactly N - 1 for
-    independent runs); otherwise the smaller of ours and theirs."""
-    c, levels = stacked_terms(lay, grids)
-    big_n, n_s = int(np.isfinite(grids[0]).sum()), grids.shape[1]
-    e_ours, e_k = _efficiency(statistic, big_n), _efficiency(statistic, k) / k
-    ms = _pooled(lay, grids)
-    if lay.design != "crossed":
-        ours, theirs = e_ours * c.sum(1), [(e_k * ms[0][0], ms[0][1])]
-    else:
-        size_a, size_c = (float(np.mean(count)) for count in (lay.a_count, lay.c_count))
-        (v_r, df_r), (v_c, df_c), (mse, df_e) = ms
-        init, order = np.maximum(v_r - mse / size_c, 0), np.maximum(v_c - mse / size_a, 0)  # components
-        theirs = [(e_k * init, df_r), (e_k * order, df_c), (e_k * mse, df_e)]
-        if n_s == 1:  # ours and theirs come from the same three mean squares: merge them for the df
-            variance = init / size_a + order / size_c + e_ours * mse / big_n + sum(v for v, _ in theirs)
-            coefficient = (e_ours - 2) / big_n + e_k * (1 - 1 / size_a - 1 / size_c)
-            parts = [((1 / size_a + e_k) * v_r, df_r), ((1 / size_c + e_k) * v_c, df_c)]
-            return variance, _satterthwaite([*parts, (np.abs(coefficient) * mse, df_e)])
-        ours = our_variance(lay, grids, statistic)[0]
-    if n_s > 1:
-        means = np.nanmean(grids, (2, 3))
-        theirs.append((np.nanvar(means, 1, ddof=1), n_s - 1))  # their one subsample effect
-    total_theirs = sum(v for v, _ in theirs)
-    return ours + total_theirs, np.fmin(stacked_widening(c, levels)[1], _satterthwaite(theirs))
-
-
-def stacked_gap(
-    lay: Layout,
-    grids: np.ndarray,
-    reported: np.ndarray,
-    statistic: str,
-    k: int,
-    resamples: int = 4000,
-    seed: int = 0,
-    eval_sd: float = 0.0,
-) -> dict[str, np.ndarray]:
-    """The median / mean-of-k comparison of T studies (scores' scale): (T,) arrays p_bootstrap,
-    p_t, p = max of the two (NaN: cannot decide, runs that all tie), percentile.
-
-    Why two references: the widened predictive draws follow skew and collapse but are discrete
-    at N = 3 (draws of 5 runs from 3 values: 8-14% false positives); the t reference is smooth
-    but blind to a bimodal k-run median (N = 10, 40% collapsed runs: 11-16%). A reported value is
-    flagged only when it lies outside both. eval_sd (scores' scale) widens both. Measured type-I
-    error at p < 0.05 (2000 studies, MC SE 0.5%; median and mean of k = 3, 5, 10; N = 3, 5, 10,
-    3 x 3 and 5 x 5 grids; normal, and 25% / 40% of runs or of init seeds collapsed 2-3 SD
-    below): 0.5-5.8% (old: 9-14% at N = 3, 6-8% at N = 5). Power against a 1-SD shift (normal,
-    k = 5): 3 x 3 grid median 9% (old 7.6%), mean 14%; 10 runs, mean 37%."""
-    flat = grids.reshape(len(grids), -1)
-    draws = stacked_predictive(lay, grids, k, statistic, resamples, seed, eval_sd)
-    r = reported[:, None]
-    le, ge = (draws <= r).sum(1), (draws >= r).sum(1)
-    p_boot = np.minimum(1.0, 2 * (np.minimum(le, ge) + 1) / (resamples + 1))
-    variance, df = t_reference(lay, grids, statistic, k)
-    with np.errstate(all="ignore"):
-        z = np.abs(reported - reduce(flat, statistic)) / np.sqrt(variance + eval_sd**2)
-        p_t = np.where(np.isnan(df), 1.0, 2 * stats.t.sf(z, df))
-    undecided = no_spread(flat)
-    percentile = 100 * ((draws < r).mean(1) + 0.5 * (draws == r).mean(1))
-    return {
-        "p_bootstrap": p_boot,
-        "p_t": p_t,
-        "p": np.where(undecided, np.nan, np.maximum(p_boot, p_t)),
-        "percentile": percentile,
-    }
 
 
 def failed_values(records: Sequence[TrialRecord]) -> tuple[float, float] | None:
@@ -247,37 +50,62 @@ def stacked_failed_gap(
     resamples: int = 4000,
     seed: int = 0,
     eval_sd: float = 0.0,
+    statistic: str = "mean",
 ) -> dict[str, np.ndarray]:
-    """A reported MEAN of k runs against T studies' SUCCEEDED runs (`lay`, `grids`: failed runs
-    left out), where any of the k may have failed unseen, scoring within `failed` (low, high).
-    Given j failed among the k, reported = (1 - j/k) S + (j/k) v, S the mean of k - j succeeded
-    runs: S = (reported - (j/k) v) / (1 - j/k) is tested by `stacked_gap` against our succeeded
-    runs at k - j (v taken where S comes closest to ours); j = k: the reported value must lie in
-    `failed`. p = the largest over j = 0..k, a union of the k + 1 tests: whatever number of the
-    k failed, its own test holds, so the largest p does too, for any failure rate, seen in our
-    runs or not. Why: a mean of runs that fail far below (RTE: 4.4 SD) has a mixture variance a
-    sample without a failed run cannot show (at N = 3 and 20% failed, half the samples); the
-    mixture-blind test rejected 6.5-11% of true reported means (docs/statistics.md). Above ours
-    no j > 0 comes closer, so power there is `stacked_gap`'s; below, a gap that j failed runs
-    would make is not a gap. Returns (T,) p (NaN: cannot decide), p_bootstrap, p_t and
-    percentile of the j with the largest p, and that j (`failed`)."""
+    """A reported mean or median of k runs against T studies' SUCCEEDED runs (`lay`, `grids`:
+    failed runs left out), where any of the k may have failed unseen, scoring within `failed`
+    (low, high). p = the largest over j = 0..k failed among the k, a union of k + 1 tests:
+    whatever number of the k failed, its own test holds, so the largest p does too, for any
+    failure rate, seen in our runs or not. Why: runs that fail far below (RTE: 4.4 SD) make a
+    mixture a sample without a failed run cannot show (at N = 3 and 20% failed, half the
+    samples); the mixture-blind tests rejected 6.5-11% of true reported means and 6-8% of true
+    medians (docs/statistics.md). Given j:
+    - mean: reported = (1 - j/k) S + (j/k) v, S the mean of k - j succeeded runs, so
+      S = (reported - (j/k) v) / (1 - j/k) is tested by `stacked_gap` at k - j (v where S comes
+      closest to ours); j = k: the reported value must lie in `failed`;
+    - median: the j failed runs are the lowest, so the median of k is an order statistic of the
+      k - j succeeded runs (`_median_given`), tested by `stacked_order_gap`; where the middle of
+      the k runs failed, the reported value must lie in `failed`.
+    Above ours no j > 0 comes closer, so power there is `stacked_gap`'s; below, a gap that j
+    failed runs would make is not a gap. Returns (T,) p (NaN: cannot decide), p_bootstrap, p_t
+    and percentile of the j with the largest p, and that j (`failed`)."""
     n_t = len(grids)
     low, high = (np.broadcast_to(np.asarray(v, dtype=float), (n_t,)) for v in failed)
-    center = reduce(grids.reshape(n_t, -1), "mean")
+    center = reduce(grids.reshape(n_t, -1), statistic)
     best = {"p": np.full(n_t, -1.0)}
     for j in range(k + 1):
-        if j == k:
+        given = _median_given(k, j) if statistic == "median" else (() if j == k else None)
+        if given == ():  # the reported value is failed runs' own score
             inside = ((low <= reported) & (reported <= high)).astype(float)
             found = {"p": inside, "p_bootstrap": inside, "p_t": inside, "percentile": np.full(n_t, 50.0)}
-        else:
+        elif statistic == "mean":
             share = j / k
             ends = [(reported - share * v) / (1 - share) for v in (high, low)]
             found = stacked_gap(lay, grids, np.clip(center, *ends), "mean", k - j, resamples, seed, eval_sd)
+        elif j == 0:
+            found = stacked_gap(lay, grids, reported, "median", k, resamples, seed, eval_sd)
+        else:
+            ranks, halves = given
+            value = np.clip(center, 2 * reported - high, 2 * reported - low) if halves else reported
+            found = stacked_order_gap(lay, grids, value, k - j, ranks, resamples, seed, eval_sd)
         better = np.nan_to_num(found["p"], nan=-1.0) > best["p"]
         found["failed"] = np.full(n_t, j)
         best = {name: np.where(better, found[name], best.get(name, np.nan)) for name in found}
     undecided = no_spread(grids.reshape(n_t, -1))
     return best | {"p": np.where(undecided, np.nan, best["p"])}
+
+
+def _median_given(k: int, j: int) -> tuple[tuple[int, ...], bool] | tuple[()]:
+    """The median of k runs whose j lowest failed, as the succeeded runs' order statistics:
+    (their 0-based ranks among the k - j, whether one middle run failed: an even k's median then
+    averages a failed score v and the lowest succeeded run, S = 2 x reported - v); () where every
+    middle run failed (the median is a failed score)."""
+    lower, upper = (k - 1) // 2, k // 2  # the middle runs' positions among the k (equal for odd k)
+    if j <= lower:
+        return tuple(sorted({lower - j, upper - j})), False
+    if j <= upper:
+        return (0,), True
+    return ()
 
 
 def gap_to_reported(
@@ -291,8 +119,8 @@ def gap_to_reported(
 ) -> dict[str, Any]:
     """A reported number (0-100 scale) against ours (natural scale, x100 here), like for like:
     - median or mean of k runs: `stacked_gap` (design-aware predictive draws and a t reference);
-      a mean, where the records say where a failed run scores (`failed_values`: their baseline,
-      our failed runs), by `stacked_failed_gap` on our succeeded runs: any of the k may have
+      where the records say where a failed run scores (`failed_values`: their baseline, our
+      failed runs), by `stacked_failed_gap` on our succeeded runs: any of the k may have
       failed; it cannot decide where fewer than 2 of ours succeeded or they span one grid row;
     - max of k runs: our expected max at k (past our N runs: our max, a lower bound), with the
       exact rank test `rank_p` (rank_gap.py; a bootstrap cannot reach above our largest run);
@@ -307,7 +135,7 @@ def gap_to_reported(
     when the test cannot decide), decidable, min_p (the smallest p the test can reach here),
     runs_needed (when it cannot decide: the fewest runs that could), direction ("above" |
     "below": where the reported value lies), reference, method, p_parts {bootstrap, t} (median,
-    mean), failed_runs_explain (mean with a failure rule: how many failed runs among the k best
+    mean), failed_runs_explain (with a failure rule: how many failed runs among the k best
     explain the reported value), estimator and our_value_is (max), p_single_run_below {"1", "3"}
     (share of our runs more than 1 or 3 points below it), note (why no comparison or no decision)}.
     """
@@ -355,7 +183,7 @@ def _same_statistic(
         keep = ("score", "outcome", "failed", "baseline")
         records = [{key: r[key] for key in keep if key in r} for r in records]
     lay = layout(records)
-    failed = failed_values(records) if statistic == "mean" else None
+    failed = failed_values(records)
     target = np.array([reported / 100])
     if failed is None:
         found = stacked_gap(lay, lay.grid[None], target, statistic, k, resamples, seed, eval_sd / 100)
@@ -366,7 +194,9 @@ def _same_statistic(
         found = (
             dict.fromkeys(("p", "p_bootstrap", "p_t", "percentile", "failed"), np.full(1, np.nan))
             if lost
-            else stacked_failed_gap(own, own.grid[None], target, k, failed, resamples, seed, eval_sd / 100)
+            else stacked_failed_gap(
+                own, own.grid[None], target, k, failed, resamples, seed, eval_sd / 100, statistic
+            )
         )
     found = {name: float(v[0]) for name, v in found.items()}
     p, n, n_own = found["p"], int(np.isfinite(lay.grid).sum()), int(np.isfinite(own.grid).sum())
@@ -392,7 +222,7 @@ def _same_statistic(
     low, high = (100 * v for v in failed)
     return out | {
         "failed_runs_explain": None if undecided else int(found["failed"]),
-        "reference": f"mean of {k} runs, any of them failed (scoring {low:.4g}-{high:.4g}), "
+        "reference": f"{statistic} of {k} runs, any of them failed (scoring {low:.4g}-{high:.4g}), "
         "the rest drawn from our succeeded runs (design bootstrap, predictive)",
         "method": "flagged only where no number of failed runs among the reported ones explains it "
         "(each: outside both the widened predictive draws and the t reference)",

@@ -20,7 +20,7 @@ from suite.stats.design import Z95, Layout, by_setting, layout
 from suite.stats.estimates.components import variance_components
 from suite.stats.estimates.coverage import flag_coverage
 from suite.stats.estimates.expected_maximum import WITHOUT_REPLACEMENT, expected_max
-from suite.stats.estimates.gap import our_variance
+from suite.stats.estimates.gap_reference import our_variance
 from suite.stats.estimates.uncertainty import intervals
 from suite.study.records import TrialRecord, counts, finite_scores, outcome, runs, scored
 
