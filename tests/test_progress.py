@@ -156,8 +156,9 @@ try:
     stop_with_parent()
     Path(sys.argv[1] + ".armed").write_text("")
     time.sleep(120)
-except KeyboardInterrupt:
-    Path(sys.argv[1]).write_text("stopped")
+except KeyboardInterrupt:  # written whole, then renamed: the test never reads it half-written
+    Path(sys.argv[1] + ".part").write_text("stopped")
+    Path(sys.argv[1] + ".part").rename(sys.argv[1])
 """
 
 MIDDLE = """
