@@ -76,12 +76,30 @@ def wins(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a > b) + 0.5 * (a == b)
 
 
+PAIRWISE_CELLS = 1_000_000  # above m x n this many, wins are counted by rank (the same U, no m x n matrix)
+
+
 def share(xa: np.ndarray, xb: np.ndarray, paired: bool) -> np.ndarray:
     """P(A > B) over the last axis: paired, the mean of wins over the pairs; unpaired, over all
     (i, j) pairs of runs (U / (m n)). Vectorised over leading axes."""
     if paired:
         return wins(xa, xb).mean(-1)
+    if xa.ndim == 1 and xa.size * xb.size > PAIRWISE_CELLS:
+        return _beaten(xa, xb, np.ones(xb.size)).sum() / (xa.size * xb.size)
     return wins(xa[..., :, None], xb[..., None, :]).mean((-2, -1))
+
+
+def _beaten(xa: np.ndarray, xb: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """(..., m): for each run of A, the weight of B's runs it beats plus half the weight of those
+    it ties, for each row of `weights` (..., n) over B's runs: from the cumulative weight of B in
+    sorted order, at each run of A's place in it (searchsorted), O((m + n) log n), where the
+    pairwise matrix is m x n."""
+    order = np.argsort(xb, kind="stable")
+    sorted_b = xb[order]
+    left, right = np.searchsorted(sorted_b, xa, "left"), np.searchsorted(sorted_b, xa, "right")
+    cumulative = np.concatenate([np.zeros((*weights.shape[:-1], 1)), np.cumsum(weights[..., order], -1)], -1)
+    below, through = cumulative[..., left], cumulative[..., right]
+    return below + 0.5 * (through - below)
 
 
 def _weights(rng: np.random.Generator, n: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -103,8 +121,10 @@ def replicates(
         drawn = rng.integers(0, c.shape[-1], (*lead, nboot, c.shape[-1]))
         return np.take_along_axis(c, drawn, axis=-1).mean(-1)
     m, n = xa.shape[-1], xb.shape[-1]
-    c = wins(xa[..., :, None], xb[..., None, :])
     wa, wb = _weights(rng, m, (*lead, nboot)), _weights(rng, n, (*lead, nboot))
+    if xa.ndim == 1 and m * n > PAIRWISE_CELLS:
+        return (wa * _beaten(xa, xb, wb)).sum(-1) / (m * n)
+    c = wins(xa[..., :, None], xb[..., None, :])
     return ((wa @ c) * wb).sum(-1) / (m * n)
 
 

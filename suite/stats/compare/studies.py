@@ -16,7 +16,6 @@ instead of printing a p it could never get below 0.05.
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any
 
@@ -56,8 +55,8 @@ def _permutation_test(
     """A permutation test of independent runs; decidable where some split of these very runs (ties
     included) could reach p < 0.05."""
     m, n = xa.size, xb.size
-    every = math.comb(m + n, m) <= exact.RESAMPLES
-    method = "exact over all splits of the runs" if every else f"{exact.RESAMPLES} random splits of the runs"
+    splits, every = exact.split_count(m, n)
+    method = "exact over all splits of the runs" if every else f"{splits} random splits of the runs"
     p = lambda: exact.permutation_p(xa, xb, statistic, seed=seed)  # noqa: E731
     low = exact.smallest_p(xa, xb, statistic)
     return _test(name, method, p, low, min(m, n), exact.runs_needed(statistic), "runs per arm")

@@ -26,6 +26,7 @@ from suite.stats.decide.exact import (
     signed_rank_k,
     signed_rank_p,
     smallest_p,
+    split_count,
     spread_shift,
     walsh_interval,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "signed_rank_min_p",
     "signed_rank_p",
     "smallest_p",
+    "split_count",
     "spread_shift",
     "t_p",
     "text",

@@ -25,18 +25,43 @@ import suite.stats.decide.decidable as decidable
 ALPHA = decidable.ALPHA
 RESAMPLES = 20_000  # enumerate every split (sign pattern) up to this many, else draw this many
 _CELLS = 4_000_000  # elements per chunk of permuted copies
+# Drawn splits hold at most this many pooled values in all: past 1,000 runs in all, fewer splits
+# (at least 1,000: p to about 0.007 at 0.05). Why: 20,000 splits of 20,000 runs took 6.6 GB and
+# two minutes, where runs this many already decide to a hair.
+_DRAWN_CELLS = 20_000_000
+_FEWEST_DRAWN = 1_000
 
 Statistic = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
-def _splits(m: int, n: int, resamples: int, rng: np.random.Generator) -> tuple[np.ndarray, bool]:
-    """(P, m + n) orders of the pooled runs, the first m of each being arm A: every split when there
-    are at most `resamples`, else `resamples` random ones."""
-    if math.comb(m + n, m) <= resamples:
+def split_count(m: int, n: int, resamples: int = RESAMPLES) -> tuple[int, bool]:
+    """(splits a permutation test of m and n runs uses, whether that is every split)."""
+    every = math.comb(m + n, m)
+    if every <= resamples:
+        return every, True
+    return min(resamples, max(_FEWEST_DRAWN, _DRAWN_CELLS // (m + n))), False
+
+
+def _splits(m: int, n: int, resamples: int, rng: np.random.Generator) -> tuple[int, Callable, bool]:
+    """(P, orders(start, stop), exact): every split of the pooled runs when there are at most
+    `resamples`, else P random ones (fewer for a large pool: `_DRAWN_CELLS`); `orders` gives the
+    splits start..stop as (stop - start, m + n) orders of the pooled runs, the first m of each
+    being arm A. Drawn splits are made chunk by chunk, in order, from one stream: the same splits
+    as drawing them all at once, without holding them all."""
+    total, exact = split_count(m, n, resamples)
+    if exact:
         chosen = list(itertools.combinations(range(m + n), m))
         rest = [[j for j in range(m + n) if j not in c] for c in chosen]
-        return np.array([list(c) + r for c, r in zip(chosen, rest, strict=True)]), True
-    return np.argsort(rng.random((resamples, m + n)), axis=1), False
+        every = np.array([list(c) + r for c, r in zip(chosen, rest, strict=True)])
+        return len(every), lambda start, stop: every[start:stop], True
+    made = [0]  # splits drawn so far: the stream moves forward only
+
+    def orders(start: int, stop: int) -> np.ndarray:
+        assert start == made[0], "drawn splits are taken in order"
+        made[0] = stop
+        return np.argsort(rng.random((stop - start, m + n)), axis=1)
+
+    return total, orders, False
 
 
 def _tails(observed: np.ndarray, draws: Callable[[int, int], np.ndarray], total: int, chunk: int) -> tuple:
@@ -63,28 +88,29 @@ def permutation_p(
 ) -> np.ndarray:
     """Two-sided p of statistic(x, y) (arm A, arm B: last axis runs) over splits of the pooled runs."""
     m, n = x.shape[-1], y.shape[-1]
-    orders, exact = _splits(m, n, resamples, np.random.default_rng(seed))
+    total, orders, exact = _splits(m, n, resamples, np.random.default_rng(seed))
     pooled = np.concatenate([x, y], axis=-1)
     chunk = max(1, _CELLS // max(pooled.size, 1))
 
     def draws(start: int, stop: int) -> np.ndarray:
-        g = pooled[..., orders[start:stop]]
+        g = pooled[..., orders(start, stop)]
         return statistic(g[..., :m], g[..., m:])
 
-    hi, lo = _tails(statistic(x, y), draws, len(orders), chunk)
-    return _two_sided(hi, lo, len(orders), exact)
+    hi, lo = _tails(statistic(x, y), draws, total, chunk)
+    return _two_sided(hi, lo, total, exact)
 
 
 def smallest_p(x: np.ndarray, y: np.ndarray, statistic: Statistic, resamples: int = RESAMPLES) -> float:
     """The smallest two-sided p any split of these runs can give: twice the fewer splits at the
     statistic's maximum or minimum (ties between runs, or between medians of an even number of runs,
     put several splits there: the permutation test of medians cannot reach 0.05 below 5 runs a side).
-    With sampled splits, 2 / (resamples + 1)."""
+    With sampled splits, 2 / (splits + 1)."""
     m, n = x.shape[-1], y.shape[-1]
-    if math.comb(m + n, m) > resamples:
-        return 2 / (resamples + 1)
-    orders, _ = _splits(m, n, resamples, np.random.default_rng(0))
-    g = np.concatenate([x, y])[orders]
+    total, exact = split_count(m, n, resamples)
+    if not exact:
+        return 2 / (total + 1)
+    total, orders, _ = _splits(m, n, resamples, np.random.default_rng(0))
+    g = np.concatenate([x, y])[orders(0, total)]
     t = statistic(g[:, :m], g[:, m:])
     tol = 1e-9 * (1 + np.abs(t).max())
     return min(1.0, 2 * min(int((t >= t.max() - tol).sum()), int((t <= t.min() + tol).sum())) / len(t))
@@ -181,14 +207,61 @@ def moses_k(m: int, n: int, alpha: float = ALPHA) -> int:
     return int(np.floor(m * n / 2 - stats.norm.ppf(1 - alpha / 2) * np.sqrt(m * n * (m + n + 1) / 12) + 0.5))
 
 
+PAIRWISE_CELLS = 4_000_000  # above m x n this many, order statistics of y - x by search, not a sort
+
+
 def moses_interval(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """Hodges-Lehmann shift y - x (median of all pairwise differences) and its Moses 95% interval,
     (..., 2), or None when none exists at these run counts."""
     m, n = x.shape[-1], y.shape[-1]
-    d = np.sort((y[..., None, :] - x[..., :, None]).reshape(*x.shape[:-1], m * n), axis=-1)
     k = moses_k(m, n)
+    if x.ndim == 1 and m * n > PAIRWISE_CELLS:  # 10,000 runs a side: 10^8 differences to sort
+        xs, ys = np.sort(x), np.sort(y)
+        ci = (
+            np.array([_kth_difference(xs, ys, k), _kth_difference(xs, ys, m * n - k + 1)]) if k >= 1 else None
+        )
+        middle = [_kth_difference(xs, ys, j) for j in sorted({(m * n + 1) // 2, m * n // 2 + 1})]
+        return np.float64(np.mean(middle)), ci
+    d = np.sort((y[..., None, :] - x[..., :, None]).reshape(*x.shape[:-1], m * n), axis=-1)
     ci = np.stack([d[..., k - 1], d[..., m * n - k]], axis=-1) if k >= 1 else None
     return np.median(d, axis=-1), ci
+
+
+def _kth_difference(xs: np.ndarray, ys: np.ndarray, k: int) -> float:
+    """The k-th smallest (1-based) of all y_j - x_i as numpy computes them, x and y sorted, without
+    forming them: bisect over the floats between the smallest and largest difference (as ordered
+    integers: at most 64 steps), counting the differences <= t by a search of x's distinct values
+    per y (O(n log m) a step). Hand-written: numpy has no selection over the pairwise differences
+    of two arrays, and two 10,000-run arms have 10^8 of them."""
+    values, counts = np.unique(xs, return_counts=True)
+    at_least = np.concatenate([np.cumsum(counts[::-1])[::-1], [0]])  # runs of x from each value up
+
+    def count(t: float) -> int:
+        b = np.searchsorted(values, ys - t, "left")  # then exact: y - x itself, not x >= y - t
+        for _ in range(4):  # a step at most, but for values within an ulp of each other
+            back = (b > 0) & (ys - values[np.maximum(b - 1, 0)] <= t)
+            ahead = (b < values.size) & (ys - values[np.minimum(b, values.size - 1)] > t)
+            if not (back.any() or ahead.any()):
+                break
+            b = b - back + ahead
+        return int(at_least[b].sum())
+
+    low, high = _ordered(ys[0] - xs[-1]) - 1, _ordered(ys[-1] - xs[0])  # count(low) < k <= count(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if count(_float(middle)) >= k else (middle, high)
+    return _float(high)
+
+
+def _ordered(v: float) -> int:
+    """A float as an integer in the same order (negative floats count down from -0)."""
+    bits = int(np.float64(v).view(np.int64))
+    return bits if bits >= 0 else -(bits & 0x7FFFFFFFFFFFFFFF)
+
+
+def _float(key: int) -> float:
+    bits = key if key >= 0 else (-key) | -0x8000000000000000
+    return float(np.int64(bits).view(np.float64))
 
 
 @cache

@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -65,7 +66,8 @@ def pair_up(a: Sequence[TrialRecord], b: Sequence[TrialRecord]) -> list[tuple[Tr
 
     def index(side: Sequence[TrialRecord]) -> dict[str, TrialRecord]:
         keys = [_seed_key(r) for r in side]
-        return {k: r for k, r in zip(keys, side, strict=True) if k is not None and keys.count(k) == 1}
+        seen = Counter(keys)
+        return {k: r for k, r in zip(keys, side, strict=True) if k is not None and seen[k] == 1}
 
     ia, ib = index(a), index(b)
     return [(ia[k], ib[k]) for k in ia if k in ib]

@@ -1,0 +1,62 @@
+"""`compare` at thousands of runs an arm: the same answers as the pairwise and all-at-once forms,
+without their m x n matrices (benchmarks/scale.py measures the time and memory)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from suite.stats.compare import outperform
+from suite.stats.decide import exact
+from suite.stats.decide.paired import pair_up
+
+
+def _arms(m: int, n: int, decimals: int | None) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(m + n)
+    x, y = rng.normal(size=m), rng.normal(0.1, size=n)
+    return (x, y) if decimals is None else (np.round(x, decimals), np.round(y, decimals))
+
+
+@pytest.mark.parametrize("decimals", [None, 2, 0])  # untied, tied, mostly tied (a shift of 0)
+def test_the_moses_interval_by_search_is_the_sorted_one(
+    decimals: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x, y = _arms(301, 257, decimals)
+    monkeypatch.setattr(exact, "PAIRWISE_CELLS", 10**12)
+    estimate, ci = exact.moses_interval(x, y)
+    monkeypatch.setattr(exact, "PAIRWISE_CELLS", 0)
+    fast_estimate, fast_ci = exact.moses_interval(x, y)
+    assert fast_estimate == estimate and fast_ci is not None and ci is not None
+    assert np.array_equal(fast_ci, ci)
+
+
+def test_p_a_beats_b_by_rank_is_the_pairwise_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    x, y = _arms(400, 350, 1)
+    monkeypatch.setattr(outperform, "PAIRWISE_CELLS", 10**12)
+    share = outperform.share(x, y, False)
+    reps = outperform.replicates(x, y, False, 40, np.random.default_rng(1))
+    monkeypatch.setattr(outperform, "PAIRWISE_CELLS", 0)
+    assert outperform.share(x, y, False) == pytest.approx(share, abs=1e-12)
+    assert np.allclose(outperform.replicates(x, y, False, 40, np.random.default_rng(1)), reps, atol=1e-12)
+
+
+def test_drawn_splits_are_fewer_only_for_a_large_pool_and_the_same_in_any_chunks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert exact.split_count(4, 4) == (70, True)
+    assert exact.split_count(500, 500) == (exact.RESAMPLES, False)  # 1,000 runs: every draw kept
+    assert exact.split_count(10_000, 10_000) == (1_000, False)  # 20,000 runs: 20 million values
+    x, y = _arms(15, 12, None)
+    p = exact.permutation_p(x, y, exact.median_shift, resamples=3_000)
+    monkeypatch.setattr(exact, "_CELLS", 100)  # many small chunks of splits: one stream, the same draws
+    assert exact.permutation_p(x, y, exact.median_shift, resamples=3_000) == p
+    assert exact.smallest_p(x, y, exact.median_shift, resamples=3_000) == pytest.approx(2 / 3_001)
+
+
+def test_pairs_are_matched_once_and_a_seed_seen_twice_is_left_out() -> None:
+    def run(seed: int, score: float) -> dict:
+        return {"seeds": {"init": seed}, "score": score}
+
+    a = [run(1, 0.1), run(2, 0.2), run(2, 0.25), run(3, 0.3)]
+    b = [run(3, 0.4), run(1, 0.5), run(2, 0.6)]
+    assert [(ra["score"], rb["score"]) for ra, rb in pair_up(a, b)] == [(0.1, 0.5), (0.3, 0.4)]
