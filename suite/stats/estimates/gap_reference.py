@@ -201,20 +201,32 @@ def stacked_gap(
     k = 5): 3 x 3 grid median 9% (old 7.6%), mean 14%; 10 runs, mean 37%."""
     flat = grids.reshape(len(grids), -1)
     draws = stacked_predictive(lay, grids, k, statistic, resamples, seed, eval_sd)
+    variance, df = t_reference(lay, grids, statistic, k)
+    return _both(flat, draws, reported, reduce(flat, statistic), variance + eval_sd**2, df)
+
+
+def _both(
+    flat: np.ndarray,
+    draws: np.ndarray,
+    reported: np.ndarray,
+    center: np.ndarray,
+    variance: np.ndarray,
+    df: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """p of the predictive draws (T, resamples) and of the t reference (center, variance, df),
+    p their larger (NaN where our runs show no spread), and the reported value's percentile."""
+    resamples = draws.shape[1]
     r = reported[:, None]
     le, ge = (draws <= r).sum(1), (draws >= r).sum(1)
     p_boot = np.minimum(1.0, 2 * (np.minimum(le, ge) + 1) / (resamples + 1))
-    variance, df = t_reference(lay, grids, statistic, k)
     with np.errstate(all="ignore"):
-        z = np.abs(reported - reduce(flat, statistic)) / np.sqrt(variance + eval_sd**2)
+        z = np.abs(reported - center) / np.sqrt(variance)
         p_t = np.where(np.isnan(df), 1.0, 2 * stats.t.sf(z, df))
-    undecided = no_spread(flat)
-    percentile = 100 * ((draws < r).mean(1) + 0.5 * (draws == r).mean(1))
     return {
         "p_bootstrap": p_boot,
         "p_t": p_t,
-        "p": np.where(undecided, np.nan, np.maximum(p_boot, p_t)),
-        "percentile": percentile,
+        "p": np.where(no_spread(flat), np.nan, np.maximum(p_boot, p_t)),
+        "percentile": 100 * ((draws < r).mean(1) + 0.5 * (draws == r).mean(1)),
     }
 
 
@@ -248,21 +260,10 @@ def stacked_order_gap(
     draws = stacked_predictive(
         lay, grids, n, "median", resamples, seed, eval_sd, of_k=lambda v: np.sort(v, axis=1)[:, pick].mean(1)
     )
-    r = reported[:, None]
-    le, ge = (draws <= r).sum(1), (draws >= r).sum(1)
-    p_boot = np.minimum(1.0, 2 * (np.minimum(le, ge) + 1) / (resamples + 1))
     e, v = order_moments(n, ranks)
     one_run, df = t_reference(lay, grids, "mean", 1)
     sigma2 = np.maximum(one_run - our_variance(lay, grids, "mean")[0], 0.0)
     with np.errstate(all="ignore"):
         center = reduce(flat, "median") + np.sqrt(sigma2) * e
         spread = sigma2 * v + our_variance(lay, grids, "median")[0] + e**2 * sigma2 / (2 * df) + eval_sd**2
-        z = np.abs(reported - center) / np.sqrt(spread)
-        p_t = np.where(np.isnan(df), 1.0, 2 * stats.t.sf(z, df))
-    percentile = 100 * ((draws < r).mean(1) + 0.5 * (draws == r).mean(1))
-    return {
-        "p_bootstrap": p_boot,
-        "p_t": p_t,
-        "p": np.where(no_spread(flat), np.nan, np.maximum(p_boot, p_t)),
-        "percentile": percentile,
-    }
+    return _both(flat, draws, reported, center, spread, df)
