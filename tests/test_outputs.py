@@ -45,6 +45,11 @@ def test_leaderboard_command_merges_and_ranks(finished_run: Path, tmp_path: Path
     assert main(["leaderboard", str(finished_run), "-o", str(out)]) == 0
     assert main(["check-leaderboard", str(out)]) == 0
     assert [e["rank"] for e in json.loads(out.read_text())["entries"]] == [1]
+    # indented, each run on a line of its own (the C encoder: 10,000 runs in a fraction of a second)
+    lines = out.read_text().splitlines()
+    runs = [json.loads(line.strip().rstrip(",")) for line in lines if line.startswith('    {"attempt"')]
+    assert runs == json.loads(out.read_text())["entries"][0]["runs"] and len(runs) == 3
+    assert lines[0] == "{" and lines[1].startswith(' "')  # the rest as before: one space an indent
 
 
 def test_ranking_separates_evaluation_sets_data_and_max_length(tmp_path: Path) -> None:
@@ -160,6 +165,40 @@ def test_corrupted_leaderboard_is_a_one_line_error(tmp_path: Path, capsys) -> No
     bad.write_text('{"schema_version": 2, "entries": [')
     assert main(["check-leaderboard", str(bad)]) == 2
     assert "cut.json: not valid JSON" in capsys.readouterr().err
+
+
+EDITS = [  # each breaks one keyword the schema uses: type, minimum/maximum, required, enum/const, items
+    lambda d: d["entries"][0]["summary"].update(failure_rate=1.7),
+    lambda d: d["entries"][0]["runs"][0]["seeds"].pop("order"),
+    lambda d: d["entries"][0].update(rank="first"),
+    lambda d: d.update(schema_version=1),
+    lambda d: d["entries"][0]["runs"][0].update(score="0.5"),
+    lambda d: d["entries"][0]["summary"]["intervals"]["median"].update(ci95=[0.1]),
+    lambda d: d["entries"][0].pop("task"),
+    lambda d: d["entries"][0]["runs"].append(1),
+]
+
+
+def test_the_compiled_schema_and_jsonschema_give_one_verdict(finished_run: Path) -> None:
+    """`validate` takes fastjsonschema's verdict and asks jsonschema only for the field of a
+    refusal: the two must agree on what the schema accepts, whatever the edit."""
+    import fastjsonschema
+    import jsonschema
+
+    full = jsonschema.Draft202012Validator(leaderboard.schema())
+    original = json.loads((finished_run / "leaderboard.json").read_text())
+    verdicts = []
+    for edit in [None, *EDITS]:
+        document = json.loads(json.dumps(original))
+        if edit is not None:
+            edit(document)
+        try:
+            leaderboard._compiled()(document)
+            fast = True
+        except fastjsonschema.JsonSchemaException:
+            fast = False
+        verdicts.append((fast, full.is_valid(document)))
+    assert verdicts == [(True, True)] + [(False, False)] * len(EDITS)
 
 
 def test_schema_accepts_what_build_writes_only() -> None:
