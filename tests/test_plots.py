@@ -213,3 +213,43 @@ def test_a_share_the_grid_cannot_bound_is_hatched_not_drawn_with_an_interval() -
         else:
             assert hatched and "seeds per axis would bound them" in label
         plots.plt.close(fig)
+
+
+def _curved(k: int, failed: bool) -> dict:
+    return {
+        "score": 0.5 if failed else 0.7,
+        "failed": failed,
+        "outcome": "failed" if failed else "succeeded",
+        "size": 100,
+        "hparams": {"lr": 2e-5},
+        "seeds": {"init": k, "order": k, "subsample": 0},
+        "loss_curve": [1.0, 0.8, 0.7 if not failed else 0.69],
+        "epochs": [{"epoch": 1, "accuracy": 0.6}, {"epoch": 2, "accuracy": 0.5 if failed else 0.7}],
+    }
+
+
+def test_a_panel_of_thousands_of_runs_draws_a_stated_sample_with_its_failed_share() -> None:
+    from suite.outputs.curves import CURVES_SHOWN, shown
+
+    records = [_curved(k, failed=k % 10 == 0) for k in range(2_000)]  # 10% failed
+    drawn = shown(records)
+    assert len(drawn) == CURVES_SHOWN and sum(r["failed"] for r in drawn) == round(0.1 * CURVES_SHOWN)
+    assert drawn == shown(records)  # seeded: the same report twice
+    assert shown(records[:CURVES_SHOWN]) == records[:CURVES_SHOWN]  # under the limit: every run
+    one_failed = [_curved(k, failed=k == 7) for k in range(1_000)]
+    assert sum(r["failed"] for r in shown(one_failed)) == 1  # a rare failure is still drawn
+    for figure in (plots.loss_curves(records), plots.dev_curves(records, "accuracy")):
+        (ax,) = figure.axes
+        assert len(ax.lines) == CURVES_SHOWN
+        assert ax.get_title().endswith(f"{CURVES_SHOWN} of 2000 runs drawn (a seeded sample)")
+        plt.close(figure)
+
+
+def test_the_expected_max_curve_is_drawn_at_points_a_reader_can_tell_apart() -> None:
+    assert plots.curve_points(7) == list(range(1, 8))
+    points = plots.curve_points(10_000)
+    assert points[:100] == list(range(1, 101)) and points[-1] == 10_000 and len(points) < 170
+    records = [_curved(k, failed=False) | {"score": 0.6 + 0.0001 * k} for k in range(400)]
+    figure = expected_max_curve(records, "accuracy")
+    assert len(figure.axes[0].lines[0].get_xdata()) == len(plots.curve_points(400))
+    plt.close(figure)

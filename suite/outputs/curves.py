@@ -1,6 +1,7 @@
 """Training curves of a study for the variance report: the loss per step and the dev score per
-epoch of every run, one panel per (size, setting), so recipes are never mixed in one panel; red
-runs failed, blue ones did not. Re-exported by suite/outputs/plots.py, which the notebook calls."""
+epoch of every run (up to `CURVES_SHOWN` a panel, then a sample, said in its title), one panel
+per (size, setting), so recipes are never mixed in one panel; red runs failed, blue ones did not.
+Re-exported by suite/outputs/plots.py, which the notebook calls."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
 from suite.config.task import size_order
@@ -16,6 +18,21 @@ from suite.study.records import runs, setting_key, setting_labels
 
 Result = plt.Figure | str  # a figure, or why there is none
 Records = Sequence[dict[str, Any]]
+CURVES_SHOWN = 60  # curves a panel draws; past it a seeded sample, its failed runs in proportion
+
+
+def shown(own: list[dict[str, Any]], limit: int = CURVES_SHOWN) -> list[dict[str, Any]]:
+    """A panel's runs, or past `limit` a seeded sample of them that keeps the failed runs' share
+    (at least one failed run when any failed): a reader sees no more than some dozens of lines,
+    and drawing 10,000 took most of a large report's time."""
+    if len(own) <= limit:
+        return own
+    failed = [r for r in own if r.get("failed")]
+    rest = [r for r in own if not r.get("failed")]
+    k = min(len(failed), max(1 if failed else 0, round(limit * len(failed) / len(own))))
+    rng = np.random.default_rng(0)
+    pick = [failed[i] for i in sorted(rng.choice(len(failed), k, replace=False))] if k else []
+    return pick + [rest[i] for i in sorted(rng.choice(len(rest), limit - k, replace=False))]
 
 
 def _per_setting(with_curves: Records, draw: Any, xlabel: str, ylabel: str, title: str) -> plt.Figure:
@@ -29,9 +46,11 @@ def _per_setting(with_curves: Records, draw: Any, xlabel: str, ylabel: str, titl
     rows = -(-len(units) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.5 * rows), squeeze=False)
     for ax, ((size, label), own) in zip(axes.flat, units.items(), strict=False):
-        for r in own:
+        drawn = shown(own)
+        for r in drawn:
             draw(ax, r)
-        ax.set(xlabel=xlabel, ylabel=ylabel, title=f"size {size}, {label}")
+        sample = f"\n{len(drawn)} of {len(own)} runs drawn (a seeded sample)" if len(drawn) < len(own) else ""
+        ax.set(xlabel=xlabel, ylabel=ylabel, title=f"size {size}, {label}{sample}")
     for ax in list(axes.flat)[len(units) :]:
         fig.delaxes(ax)
     fig.suptitle(title)
