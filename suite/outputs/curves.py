@@ -32,7 +32,7 @@ def shown(own: list[dict[str, Any]], limit: int = CURVES_SHOWN) -> list[dict[str
     k = min(len(failed), max(1 if failed else 0, round(limit * len(failed) / len(own))))
     rng = np.random.default_rng(0)
     pick = [failed[i] for i in sorted(rng.choice(len(failed), k, replace=False))] if k else []
-    return pick + [rest[i] for i in sorted(rng.choice(len(rest), limit - k, replace=False))]
+    return [rest[i] for i in sorted(rng.choice(len(rest), limit - k, replace=False))] + pick  # red on top
 
 
 def _per_setting(with_curves: Records, draw: Any, xlabel: str, ylabel: str, title: str) -> plt.Figure:

@@ -9,6 +9,8 @@ are not ranked against each other; each entry stores its group (`rank_group`).
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from functools import cache
@@ -70,7 +72,7 @@ def _compiled() -> Callable[[Any], Any]:
     jsonschema's interpreter takes seconds. It reads the schema as draft 7, which means the same
     for every keyword the schema uses (no `$ref` beside other keywords); a test holds the two
     validators to one verdict."""
-    return fastjsonschema.compile(schema())
+    return fastjsonschema.compile(schema(), use_default=False, use_formats=False)  # as jsonschema: reads only
 
 
 def validate(document: dict[str, Any], source: str) -> None:
@@ -345,10 +347,13 @@ def dumps(document: dict[str, Any]) -> str:
     form is its pure-Python encoder, 1.5 s for 10,000 runs; a run per line is the C encoder's and
     as readable (a run is one record, as in trials.jsonl)."""
     entries = document.get("entries", [])
-    runs = {f"@@runs {i}@@": entry["runs"] for i, entry in enumerate(entries)}
-    shown = {**document, "entries": [{**e, "runs": token} for token, e in zip(runs, entries, strict=True)]}
-    text = json.dumps(shown, indent=1, sort_keys=True)
-    for token, rows in runs.items():  # an entry's keys sit 3 deep: its runs 4, their bracket 3
+    mark = f"@@runs {uuid.uuid4().hex} "  # no string of the document can hold it
+    shown = {**document, "entries": [{**e, "runs": f"{mark}{i}@@"} for i, e in enumerate(entries)]}
+
+    def runs(found: re.Match) -> str:  # an entry's keys sit 3 deep: its runs 4, their bracket 3
+        rows = entries[int(found.group(1))]["runs"]
         lines = ",\n    ".join(json.dumps(run, sort_keys=True) for run in rows)
-        text = text.replace(json.dumps(token), f"[\n    {lines}\n   ]" if rows else "[]", 1)
+        return f"[\n    {lines}\n   ]" if rows else "[]"
+
+    text = re.sub(f'"{mark}(\\d+)@@"', runs, json.dumps(shown, indent=1, sort_keys=True))
     return text + "\n"

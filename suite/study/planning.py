@@ -63,19 +63,21 @@ def plan_study(
         enqueue_plan(study, s.task, s.sweep)  # a random or QMC study's settings: drawn once, stored
         if note := note_repeated_runs(study):  # planned before `full` was planned once
             print(note, file=sys.stderr)
-    print_budgets(s)  # not a progress bar: --quiet keeps it
+    print_budgets(s, study)  # not a progress bar: --quiet keeps it
     return s, study
 
 
-def print_budgets(s: Setup) -> None:
-    """The run's header: each setting's optimizer steps, and a warning below the floor (before
-    any trial trains). A TPE study's settings come from results: its stand-ins are not shown."""
+def print_budgets(s: Setup, study: optuna.Study) -> None:
+    """The run's header: each setting's optimizer steps (of the settings the study stored, for a
+    random or QMC sweep), and a warning below the floor, before any trial trains. A TPE study's
+    settings come from results: it has no line (`plan` shows its stand-ins)."""
     from suite.study.budget import budgets, floor_warning, steps_line
-    from suite.study.plan import plan_trials
+    from suite.study.plan import plan_trials, study_settings
 
     if s.sweep.adaptive:
         return
-    rows = budgets(s.prepared.data, s.sweep.space, plan_trials(s.task, s.sweep))
+    plans = plan_trials(s.task, s.sweep, study_settings(study, s.sweep))
+    rows = budgets(s.prepared.data, s.sweep.space, plans)
     print(steps_line(rows), file=sys.stderr)
     if warning := floor_warning(rows):
         print(warning, file=sys.stderr)

@@ -238,7 +238,7 @@ def _kth_difference(xs: np.ndarray, ys: np.ndarray, k: int) -> float:
 
     def count(t: float) -> int:
         b = np.searchsorted(values, ys - t, "left")  # then exact: y - x itself, not x >= y - t
-        for _ in range(4):  # a step at most, but for values within an ulp of each other
+        for _ in range(values.size):  # a step at most, but for values within an ulp of each other
             back = (b > 0) & (ys - values[np.maximum(b - 1, 0)] <= t)
             ahead = (b < values.size) & (ys - values[np.minimum(b, values.size - 1)] > t)
             if not (back.any() or ahead.any()):

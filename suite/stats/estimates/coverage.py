@@ -26,12 +26,14 @@ MEASURED: dict[tuple[str, str], str] = {
     ("failed runs beside succeeded ones, 3 runs", "std"): "49.8-66.9%",
     ("failed runs beside succeeded ones, 5 runs", "mean"): "88.1-92.7%",
     ("failed runs beside succeeded ones, 5 runs", "std"): "85.9-88.7%",
-    ("failed runs beside succeeded ones, 10 runs", "mean"): "91.3-96.0%",
-    ("failed runs beside succeeded ones, 10 runs", "std"): "76.4-91.0%",
+    ("failed runs beside succeeded ones, 10 runs, under 25% failed", "mean"): "91.3-92.1%",
+    ("failed runs beside succeeded ones, 10 runs, under 25% failed", "std"): "76.4-91.0%",
+    ("failed runs beside succeeded ones, 10 runs", "std"): "76.4-91.0%",  # 25-44% failed: the mean holds
     ("failed init seeds beside succeeded ones, 3 x 3 grid", "mean"): "82.9-93.2%",
     ("two-peaked, 45-70% of runs failed", "std"): "73.5-88.9%",
     ("two-peaked, 45-70% of runs failed, 3 x 3 grid", "mean"): "88.5-96.2%",
     ("two-peaked, 45-70% of runs failed, 3 x 3 grid", "median"): "89.0-96.0%",
+    ("two-peaked, 45-70% of runs failed, 3 x 3 grid", "std"): "92.6-96.2%",
 }
 
 
@@ -48,7 +50,8 @@ def shape_of(records: Sequence[TrialRecord], design: str) -> str | None:
     if grid:
         return "failed init seeds beside succeeded ones, 3 x 3 grid"
     nearest = 3 if len(ended) <= 4 else 5 if len(ended) <= 7 else 10
-    return f"failed runs beside succeeded ones, {nearest} runs"
+    few = ", under 25% failed" if nearest == 10 and failed / len(ended) < 0.25 else ""  # 30-40%: 95.6-96.0%
+    return f"failed runs beside succeeded ones, {nearest} runs{few}"
 
 
 def flag_coverage(found: dict[str, dict[str, Any]], records: Sequence[TrialRecord], design: str) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 from suite.stats.decide import verdict
 from suite.stats.design import Layout, by_setting, layout
 from suite.stats.estimates.expected_maximum import expected_max
-from suite.stats.estimates.gap_reference import stacked_gap, stacked_order_gap
+from suite.stats.estimates.gap_reference import order_center, stacked_gap, stacked_order_gap
 from suite.stats.estimates.rank_gap import rank_test
 from suite.stats.estimates.uncertainty import no_spread, reduce
 from suite.study.records import TrialRecord, finite_scores, outcome, score
@@ -86,7 +86,11 @@ def stacked_failed_gap(
             found = stacked_gap(lay, grids, reported, "median", k, resamples, seed, eval_sd)
         else:
             ranks, halves = given
-            value = np.clip(center, 2 * reported - high, 2 * reported - low) if halves else reported
+            if halves:  # v where S = 2 x reported - v comes closest to where the lowest run centres
+                expected = order_center(lay, grids, k - j, ranks)
+                value = np.clip(expected, 2 * reported - high, 2 * reported - low)
+            else:
+                value = reported
             found = stacked_order_gap(lay, grids, value, k - j, ranks, resamples, seed, eval_sd)
         better = np.nan_to_num(found["p"], nan=-1.0) > best["p"]
         found["failed"] = np.full(n_t, j)

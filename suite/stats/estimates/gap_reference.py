@@ -261,9 +261,21 @@ def stacked_order_gap(
         lay, grids, n, "median", resamples, seed, eval_sd, of_k=lambda v: np.sort(v, axis=1)[:, pick].mean(1)
     )
     e, v = order_moments(n, ranks)
-    one_run, df = t_reference(lay, grids, "mean", 1)
-    sigma2 = np.maximum(one_run - our_variance(lay, grids, "mean")[0], 0.0)
+    sigma2, df = _one_run(lay, grids)
     with np.errstate(all="ignore"):
         center = reduce(flat, "median") + np.sqrt(sigma2) * e
         spread = sigma2 * v + our_variance(lay, grids, "median")[0] + e**2 * sigma2 / (2 * df) + eval_sd**2
     return _both(flat, draws, reported, center, spread, df)
+
+
+def order_center(lay: Layout, grids: np.ndarray, n: int, ranks: tuple[int, ...]) -> np.ndarray:
+    """(T,) where `stacked_order_gap` centres the order statistic: our median + sigma e."""
+    sigma2, _ = _one_run(lay, grids)
+    return reduce(grids.reshape(len(grids), -1), "median") + np.sqrt(sigma2) * order_moments(n, ranks)[0]
+
+
+def _one_run(lay: Layout, grids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(T,) variance of one run from the design's mean squares (`t_reference` at k = 1 less our
+    mean's own variance), and its df."""
+    one_run, df = t_reference(lay, grids, "mean", 1)
+    return np.maximum(one_run - our_variance(lay, grids, "mean")[0], 0.0), df
