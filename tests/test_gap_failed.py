@@ -108,6 +108,20 @@ def test_an_even_ks_median_averages_a_failed_run_and_the_lowest_that_succeeded()
     assert gap_to_reported(OURS, halfway, "median", n_runs=4)["p_two_sided"] < 0.01  # mixture-blind
 
 
+def test_half_failed_of_an_even_k_takes_the_failed_score_that_explains_best() -> None:
+    """k = 20 with 10 failed (scoring 50-56): the median averages a failed score and the lowest of
+    10 runs that succeeded (about 66.9 here), so 62 = (56 + 68) / 2 is explained; choosing the
+    failed score by our median (70) instead rejected it (p 0.017)."""
+    rng = np.random.default_rng(1)
+    ours = [
+        {"score": float(s), "outcome": "succeeded", "baseline": 0.5}
+        for s in 0.7 + 0.02 * rng.standard_normal(60)
+    ]
+    ours += [{"score": 0.5 + 0.06 * i / 9, "outcome": "failed", "baseline": 0.5} for i in range(10)]
+    gap = gap_to_reported(ours, 62.0, "median", n_runs=20, resamples=2000)
+    assert gap["p_two_sided"] > 0.3 and gap["failed_runs_explain"] == 10
+
+
 @pytest.mark.parametrize("name, shape, share", [("N=3", (3, 1), 0.4), ("3x3", (3, 3), 0.3)])
 def test_the_medians_type_one_error_holds_at_rte_depth(
     name: str, shape: tuple[int, int], share: float
