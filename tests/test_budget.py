@@ -84,12 +84,12 @@ def test_a_setting_counts_its_fewest_steps_over_subsamples_and_the_line_lists_or
 def test_run_prints_the_steps_and_the_warning_before_training(
     tiny_task: Path, tiny_models: dict, capsys: pytest.CaptureFixture
 ) -> None:
-    """`run`'s header (on stderr, --quiet or not): the steps line, then the warning, once, before
-    the trial's own output; the trial then trains the steps the line gave."""
+    """`run`'s header (on stdout, --quiet or not: stderr stays one line for an error): the steps
+    line, then the warning, once, before the summary; the trial trains the steps the line gave."""
     folder = run_tiny(tiny_task, tiny_models["bert"], "--set", "sizes=[16]", "--seeds", "1")
-    err = capsys.readouterr().err.splitlines()
-    assert err.count("optimizer steps per trial: size 16: (fixed) 4") == 1
-    (warning,) = [line for line in err if line.startswith("warning: ")]
+    out = capsys.readouterr().out.splitlines()
+    assert out.count("optimizer steps per trial: size 16: (fixed) 4") == 1
+    (warning,) = [line for line in out if line.startswith("warning: ")]
     assert "1 of 1 setting(s) train fewer than 200 optimizer steps" in warning
     assert "for it: size 16 (fixed): 4;" in warning
     (record,) = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]

@@ -78,9 +78,9 @@ def print_budgets(s: Setup, study: optuna.Study) -> None:
         return
     plans = plan_trials(s.task, s.sweep, study_settings(study, s.sweep))
     rows = budgets(s.prepared.data, s.sweep.space, plans)
-    print(steps_line(rows), file=sys.stderr)
+    print(steps_line(rows))  # stdout, as the summary: stderr stays one line for an error
     if warning := floor_warning(rows):
-        print(warning, file=sys.stderr)
+        print(warning)
 
 
 def open_or_resume(storage: Any, s: Setup) -> optuna.Study:
