@@ -132,6 +132,30 @@ def _gone(pid: int) -> bool:
         return True
 
 
+# A foreground job of a terminal: Ctrl-C's SIGINT neither ignored nor blocked, whatever the test
+# runner's own (a runner started as `cmd &` by a script ignores SIGINT, and its children inherit that).
+FOREGROUND = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
+def _signal_state(pids: list[int]) -> str:
+    """Each live process's ignored, blocked and caught signals (/proc), for a stop that did not land."""
+    lines = []
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        except OSError:
+            lines.append(f"{pid}: gone")
+            continue
+        lines.append(
+            f"{pid}: " + ", ".join(s for s in status if s.startswith(("State", "SigBlk", "SigIgn", "SigCgt")))
+        )
+    return "; ".join(lines)
+
+
 def _started(trace: Path) -> Counter:
     """Worker pid -> the trials it started (from the fault hooks' trace file)."""
     lines = trace.read_text().splitlines() if trace.exists() else []
@@ -281,7 +305,12 @@ def test_the_workers_of_run_share_its_session_in_a_process_group_of_their_own(
     command = _command(tiny_task, tiny_models["bert"], tmp_path / "out") + ["--seeds", "4", "--workers", "2"]
     env = {**_env(tmp_path / "cache"), "SUITE_TRACE": str(trace), "SUITE_STALL_AT": "trial:1"}
     run = subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, process_group=0
+        [sys.executable, "-c", FOREGROUND, *command[1:]],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        process_group=0,
     )
     workers: list[int] = []
     try:
@@ -290,7 +319,10 @@ def test_the_workers_of_run_share_its_session_in_a_process_group_of_their_own(
         assert [os.getsid(pid) for pid in workers] == [os.getsid(run.pid)] * 2
         assert run.pid not in [os.getpgid(pid) for pid in workers]
         os.killpg(run.pid, signal.SIGINT)
-        _, err = run.communicate(timeout=300)
+        try:
+            _, err = run.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`run` still running 300 s after Ctrl-C: {_signal_state([run.pid, *workers])}")
     finally:  # a failed check leaves no hung process behind
         for pid in [run.pid, *workers]:
             if not _gone(pid):
