@@ -19,7 +19,15 @@ import torch
 
 from suite.config.request import Request
 from suite.errors import SuiteError
-from suite.study.budget import Budget, budgets, floor_warning, setting_label, steps_of
+from suite.study.budget import (
+    Budget,
+    budgets,
+    floor_warning,
+    setting_label,
+    steps_of,
+    train_counts,
+    values_text,
+)
 from suite.study.setup import Setup, setup_study
 from suite.training.trial_plan import TrialPlan
 
@@ -36,13 +44,14 @@ def plan(request: Request) -> int:
     print(describe_plan(s, plans))
     line, refusal, held = storage_report(s, {p.key for p in plans})
     print(line)
-    rows = budgets(s.prepared.data, s.sweep.space, plans)
+    counts = train_counts(s.prepared.data, plans)
+    rows = budgets(s.prepared.data, s.sweep.space, plans, counts)
     if s.trainer.get("accelerator") == "gpu" and not torch.cuda.is_available():
         print(budget_table(rows, {}))
         print("estimate: none (the trials run on a GPU, and this machine has none)")
     else:
         torch.set_num_threads(s.threads)
-        print(estimate(s, plans, held, rows))
+        print(estimate(s, plans, held, rows, counts))
     if warning := floor_warning(rows):
         print(warning)
     if refusal:
@@ -67,7 +76,7 @@ def describe_plan(s: Setup, plans: list[TrialPlan]) -> str:
         per_setting = len(replicate_seeds(sweep, next((z for z in task.sizes if z != "full"), "full")))
     lines = [
         f"plan: study {s.name!r} (model {s.model}, sweep {sweep.name})",
-        f"fixed: {_fixed(sweep.hparams)}",
+        f"fixed: {values_text(sweep.hparams) or '(none)'}",
         f"seeds: {grid} x {subsamples} subsample(s) per size and setting",
         f"planned: {len(task.sizes)} size(s) x {len(settings)} setting(s) x {per_setting} seeds{whole}"
         f" = {len(plans)} trials",
@@ -117,9 +126,11 @@ def storage_report(s: Setup, keys: set[str]) -> tuple[str, str | None, set[str]]
     return line, refusal, held
 
 
-def estimate(s: Setup, plans: list[TrialPlan], held: set[str], rows: list[Budget]) -> str:
+def estimate(
+    s: Setup, plans: list[TrialPlan], held: set[str], rows: list[Budget], counts: dict[tuple[str, int], int]
+) -> str:
     """`budget_table` with the estimated time of one trial per (size, setting); then the time of
-    the trials still to run (not `held`) on the setup's workers."""
+    the trials still to run (not `held`) on the setup's workers. `counts`: `train_counts`."""
     data = s.prepared.data
     dev = data.features("dev", data.dev_indices())
     n_dev, n_curve = len(dev), len(s.prepared.curve_features(dev)[0])  # each epoch but the last: the sample
@@ -130,7 +141,7 @@ def estimate(s: Setup, plans: list[TrialPlan], held: set[str], rows: list[Budget
     todo = 0.0
     for p in plans:
         h = p.hparams
-        n = len(data.features("train", data.train_indices(p.size, p.seeds.subsample)))
+        n = counts[str(p.size), p.seeds.subsample]
         evals = (h.epochs - 1) * math.ceil(n_curve / EVAL_BATCH) + math.ceil(n_dev / EVAL_BATCH)
         trial_s = steps_of(h, n) * step_s[h.batch_size][0] + evals * eval_s
         key = (str(p.size), setting_label(h, s.sweep.space))
@@ -164,11 +175,6 @@ def budget_table(rows: list[Budget], seconds: dict[tuple[str, str], float]) -> s
         per_trial = _duration(total / b.trials) if total is not None else "-"
         lines.append(f"{b.size:>6s}  {b.setting:30s} {b.n_train:7d} {b.steps:6d} {b.trials:6d}  {per_trial}")
     return "\n".join(lines)
-
-
-def _fixed(values: dict[str, Any]) -> str:
-    text = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
-    return text or "(none)"
 
 
 def _timed(s: Setup, trials: dict[int, TrialPlan]) -> dict[int, tuple[float, float]]:

@@ -41,28 +41,43 @@ def steps_of(h: HParams, n_train: int) -> int:
     return h.epochs_for(n_train) * math.ceil(n_train / h.batch_size)
 
 
+def values_text(values: dict[str, Any]) -> str:
+    """Hyperparameter values as `plan` writes them (floats to 3 significant digits); "" for none."""
+    return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+
+
 def setting_label(h: HParams, space: Any) -> str:
     """A setting as `plan` names it: its recipe, then its searched values; "(fixed)" for none."""
-    values = {k: getattr(h, k) for k in space}
-    text = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+    text = values_text({k: getattr(h, k) for k in space})
     return ", ".join(part for part in (h.recipe or "", text) if part) or "(fixed)"
 
 
-def budgets(data: Any, space: Any, plans: list[TrialPlan]) -> list[Budget]:
-    """One `Budget` per (size, setting), in size order; `data` is the prepared task's data (each
-    size and subsample seed is featurized once, from the feature cache the trials read)."""
+def train_counts(data: Any, plans: list[TrialPlan]) -> dict[tuple[str, int], int]:
+    """(size, subsample seed) -> training examples as the trials see them (features: a long QA
+    context is several), each featurized once, from the feature cache the trials read."""
     counts: dict[tuple[str, int], int] = {}
-    rows: dict[tuple[str, str], Budget] = {}
     for p in plans:
         where = (str(p.size), p.seeds.subsample)
         if where not in counts:
             counts[where] = len(data.features("train", data.train_indices(p.size, p.seeds.subsample)))
-        n = counts[where]
+    return counts
+
+
+def budgets(
+    data: Any, space: Any, plans: list[TrialPlan], counts: dict[tuple[str, int], int] | None = None
+) -> list[Budget]:
+    """One `Budget` per (size, setting), in size order; `data` is the prepared task's data, and
+    `counts` its `train_counts` where the caller has them."""
+    counts = counts if counts is not None else train_counts(data, plans)
+    rows: dict[tuple[str, str], Budget] = {}
+    for p in plans:
+        n = counts[str(p.size), p.seeds.subsample]
+        steps = steps_of(p.hparams, n)
         key = (str(p.size), setting_label(p.hparams, space))
-        row = rows.setdefault(key, Budget(*key, n_train=n, steps=steps_of(p.hparams, n), trials=0))
+        row = rows.setdefault(key, Budget(*key, n_train=n, steps=steps, trials=0))
         row.trials += 1
-        if steps_of(p.hparams, n) < row.steps:
-            row.n_train, row.steps = n, steps_of(p.hparams, n)
+        if steps < row.steps:
+            row.n_train, row.steps = n, steps
     return sorted(rows.values(), key=lambda b: size_order(b.size))  # settings in plan order
 
 
