@@ -50,6 +50,8 @@ def test_drawn_splits_are_fewer_only_for_a_large_pool_and_the_same_in_any_chunks
     p = exact.permutation_p(x, y, exact.median_shift, resamples=3_000)
     monkeypatch.setattr(exact, "_CELLS", 100)  # many small chunks of splits: one stream, the same draws
     assert exact.permutation_p(x, y, exact.median_shift, resamples=3_000) == p
+    monkeypatch.setattr(exact, "_CACHED_CELLS", 0)  # drawn chunk by chunk, not kept: the same draws
+    assert exact.permutation_p(x, y, exact.median_shift, resamples=3_000) == p
     assert exact.smallest_p(x, y, exact.median_shift, resamples=3_000) == pytest.approx(2 / 3_001)
 
 
@@ -60,3 +62,23 @@ def test_pairs_are_matched_once_and_a_seed_seen_twice_is_left_out() -> None:
     a = [run(1, 0.1), run(2, 0.2), run(2, 0.25), run(3, 0.3)]
     b = [run(3, 0.4), run(1, 0.5), run(2, 0.6)]
     assert [(ra["score"], rb["score"]) for ra, rb in pair_up(a, b)] == [(0.1, 0.5), (0.3, 0.4)]
+
+
+@pytest.mark.parametrize("sizes", [(6, 5), (7, 7), (40, 33), (124, 125)])  # every split, then drawn
+@pytest.mark.parametrize("decimals", [None, 1])
+def test_the_sorted_arm_forms_give_the_general_p(sizes: tuple[int, int], decimals: int | None) -> None:
+    x, y = _arms(*sizes, decimals)
+    for statistic in (exact.median_shift, exact.spread_shift):
+        fast = exact.permutation_p(x, y, statistic, resamples=2_000, seed=3)
+        general = exact.permutation_p(x[None], y[None], statistic, resamples=2_000, seed=3)[0]
+        assert fast == general, statistic.__name__  # one row: the general path over the same splits
+
+
+def test_every_split_is_each_subset_of_arm_a_once_with_both_arms_ascending() -> None:
+    every = exact._every(4, 3)
+    assert every.shape == (35, 7)
+    assert len({tuple(row[:4]) for row in every}) == 35
+    rows = every.tolist()
+    assert all(sorted(row) == list(range(7)) for row in rows)
+    assert all(row[:4] == sorted(row[:4]) and row[4:] == sorted(row[4:]) for row in rows)
+    assert exact._every(0, 3).tolist() == [[0, 1, 2]]

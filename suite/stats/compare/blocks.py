@@ -100,24 +100,35 @@ def ahead(b_minus_a: float, higher: bool) -> str | None:
     return "B" if (b_minus_a > 0) == higher else "A"
 
 
-def _values(group: Sequence[TrialRecord], key: str) -> set[str]:
-    return {json.dumps((r.get("hparams") or {}).get(key, "(unset)"), sort_keys=True) for r in group}
+def _settings(group: Sequence[TrialRecord]) -> list[dict[str, Any]]:
+    """The group's distinct hparams: thousands of runs hold a few settings."""
+    distinct = {}
+    for r in group:
+        hparams = r.get("hparams") or {}
+        distinct.setdefault(json.dumps(hparams, sort_keys=True), hparams)
+    return list(distinct.values())
 
 
-def _keys(groups: Sequence[Sequence[TrialRecord]]) -> list[str]:
-    return sorted({k for g in groups for r in g for k in (r.get("hparams") or {})})
+def _values(settings: list[dict[str, Any]], key: str) -> set[str]:
+    return {json.dumps(h.get(key, "(unset)"), sort_keys=True) for h in settings}
+
+
+def _keys(groups: list[list[dict[str, Any]]]) -> list[str]:
+    return sorted({k for g in groups for h in g for k in h})
 
 
 def varying(groups: Sequence[Sequence[TrialRecord]]) -> list[str]:
     """Hyperparameters that vary within at least one group: what a block is matched on."""
-    return [k for k in _keys(groups) if any(len(_values(g, k)) > 1 for g in groups)]
+    settings = [_settings(g) for g in groups]
+    return [k for k in _keys(settings) if any(len(_values(g, k)) > 1 for g in settings)]
 
 
 def differing(groups: Sequence[Sequence[TrialRecord]]) -> dict[str, list[Any]]:
     """Hyperparameters constant within every group but not the same in all: what is compared."""
+    settings = [_settings(g) for g in groups]
     out = {}
-    for k in _keys(groups):
-        per = [_values(g, k) for g in groups if g]
+    for k in _keys(settings):
+        per = [_values(g, k) for g in settings if g]
         if all(len(v) == 1 for v in per) and len(set.union(*per)) > 1:
             out[k] = [json.loads(next(iter(v))) for v in per]
     return out

@@ -124,6 +124,9 @@ def draw_cells(rng: np.random.RandomState, units: Units) -> np.ndarray:
     subsample seed."""
     lay = units.lay
     n_s, n_a, n_c = units.shape
+    if n_s == n_c == 1:  # independent runs: the same single draw of rows as below, without its steps
+        rows = n_a if lay.shared else int(lay.a_count[0])
+        return np.bincount(_choice(rng, rows), minlength=n_a).reshape(units.shape)
     s = _choice(rng, n_s)
     weights = np.zeros(units.shape)
     if lay.shared:
