@@ -313,3 +313,46 @@ def test_the_first_worker_to_join_stores_the_stack_and_later_ones_are_checked_ag
     assert adopt_stack(study, second) is False  # too late: it is checked against the first one's
     assert study.user_attrs["fingerprint"] == {"threads": 1, "stack.gpu": "H100"}
     assert study.user_attrs["run_info"]["stack"] == {"gpu": "H100"}
+
+
+def _fake_slurm(bin_dir: Path, sacct: str | None, squeue: str) -> None:
+    """`sacct` and `squeue` that print these rows (or, for sacct None, fail as without accounting)."""
+    bin_dir.mkdir()
+    if sacct is None:
+        body = 'echo "sacct: error: Slurm accounting storage is disabled" >&2; exit 1'
+    else:
+        body = f"printf '{sacct}'"
+    for name, text in (("sacct", body), ("squeue", f"printf '{squeue}'")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{text}\n")
+        (bin_dir / name).chmod(0o755)
+
+
+def test_an_out_of_memory_job_is_reported_by_its_state_which_a_real_slurm_here_cannot_make(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OUT_OF_MEMORY needs cgroups, which this machine's Slurm has not: sacct is faked here."""
+    from suite.study import slurm
+
+    _fake_slurm(tmp_path / "bin", "41_0|OUT_OF_MEMORY\\n41_1|COMPLETED\\n41_2|CANCELLED by 0\\n", "")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    assert slurm.end_states(["41_0", "41_1", "41_2"]) == {
+        "41_0": "OUT_OF_MEMORY",
+        "41_1": "COMPLETED",
+        "41_2": "CANCELLED",
+    }
+    assert not slurm.running(["41_0", "41_1", "41_2"])  # squeue lists none of them: all ended
+
+
+def test_without_accounting_an_ended_job_is_reported_by_squeue_or_as_unknown_with_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from suite.study import slurm
+
+    _fake_slurm(tmp_path / "bin", None, "52_0|TIMEOUT\\n52_1|RUNNING\\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    assert slurm.running(["52_0", "52_1"])
+    states = slurm.end_states(["52_0", "52_2"])
+    assert states["52_0"] == "TIMEOUT"
+    assert states["52_2"] == (
+        "state unknown: sacct: error: Slurm accounting storage is disabled; squeue no longer does"
+    )
