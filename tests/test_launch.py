@@ -315,7 +315,7 @@ def test_the_first_worker_to_join_stores_the_stack_and_later_ones_are_checked_ag
     assert study.user_attrs["run_info"]["stack"] == {"gpu": "H100"}
 
 
-def _fake_slurm(bin_dir: Path, sacct: str | None, squeue: str) -> None:
+def _fake_accounting(bin_dir: Path, sacct: str | None, squeue: str) -> None:
     """`sacct` and `squeue` that print these rows (or, for sacct None, fail as without accounting)."""
     bin_dir.mkdir()
     if sacct is None:
@@ -333,7 +333,7 @@ def test_an_out_of_memory_job_is_reported_by_its_state_which_a_real_slurm_here_c
     """OUT_OF_MEMORY needs cgroups, which this machine's Slurm has not: sacct is faked here."""
     from suite.study import slurm
 
-    _fake_slurm(tmp_path / "bin", "41_0|OUT_OF_MEMORY\\n41_1|COMPLETED\\n41_2|CANCELLED by 0\\n", "")
+    _fake_accounting(tmp_path / "bin", "41_0|OUT_OF_MEMORY\\n41_1|COMPLETED\\n41_2|CANCELLED by 0\\n", "")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     assert slurm.end_states(["41_0", "41_1", "41_2"]) == {
         "41_0": "OUT_OF_MEMORY",
@@ -348,7 +348,7 @@ def test_without_accounting_an_ended_job_is_reported_by_squeue_or_as_unknown_wit
 ) -> None:
     from suite.study import slurm
 
-    _fake_slurm(tmp_path / "bin", None, "52_0|TIMEOUT\\n52_1|RUNNING\\n")
+    _fake_accounting(tmp_path / "bin", None, "52_0|TIMEOUT\\n52_1|RUNNING\\n")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     assert slurm.running(["52_0", "52_1"])
     states = slurm.end_states(["52_0", "52_2"])
