@@ -242,17 +242,20 @@ def test_workers_on_cluster_gpus_are_planned_without_a_gpu_here() -> None:
         resolve_trainer({"accelerator": "cpu"}, gpus=1)
 
 
-def _fake_slurm(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """`srun` and an `sbatch` that keeps each script it is given and answers with job 4242."""
+def _fake_tools(root: Path, monkeypatch: pytest.MonkeyPatch, **scripts: str) -> None:
+    """Shell commands named by `scripts` (name -> body) in root/bin, first on PATH."""
     bin_ = root / "bin"
     bin_.mkdir(exist_ok=True)
-    (bin_ / "srun").write_text("#!/bin/sh\nexit 0\n")
-    (bin_ / "sbatch").write_text(
-        f'#!/bin/sh\ncp "$1" "{root}/sbatch-$$.sh"\necho "Submitted batch job 4242"\n'
-    )
-    for tool in ("srun", "sbatch"):
+    for tool, body in scripts.items():
+        (bin_ / tool).write_text(f"#!/bin/sh\n{body}\n")
         (bin_ / tool).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
+
+
+def _fake_slurm(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`srun` and an `sbatch` that keeps each script it is given and answers with job 4242."""
+    sbatch = f'cp "$1" "{root}/sbatch-$$.sh"\necho "Submitted batch job 4242"'
+    _fake_tools(root, monkeypatch, srun="exit 0", sbatch=sbatch)
     return root
 
 
@@ -315,16 +318,11 @@ def test_the_first_worker_to_join_stores_the_stack_and_later_ones_are_checked_ag
     assert study.user_attrs["run_info"]["stack"] == {"gpu": "H100"}
 
 
-def _fake_accounting(bin_dir: Path, sacct: str | None, squeue: str) -> None:
+def _fake_accounting(root: Path, monkeypatch: pytest.MonkeyPatch, sacct: str | None, squeue: str) -> None:
     """`sacct` and `squeue` that print these rows (or, for sacct None, fail as without accounting)."""
-    bin_dir.mkdir()
-    if sacct is None:
-        body = 'echo "sacct: error: Slurm accounting storage is disabled" >&2; exit 1'
-    else:
-        body = f"printf '{sacct}'"
-    for name, text in (("sacct", body), ("squeue", f"printf '{squeue}'")):
-        (bin_dir / name).write_text(f"#!/bin/sh\n{text}\n")
-        (bin_dir / name).chmod(0o755)
+    disabled = 'echo "sacct: error: Slurm accounting storage is disabled" >&2; exit 1'
+    sacct_body = disabled if sacct is None else f"printf '{sacct}'"
+    _fake_tools(root, monkeypatch, sacct=sacct_body, squeue=f"printf '{squeue}'")
 
 
 def test_an_out_of_memory_job_is_reported_by_its_state_which_a_real_slurm_here_cannot_make(
@@ -333,8 +331,8 @@ def test_an_out_of_memory_job_is_reported_by_its_state_which_a_real_slurm_here_c
     """OUT_OF_MEMORY needs cgroups, which this machine's Slurm has not: sacct is faked here."""
     from suite.study import slurm
 
-    _fake_accounting(tmp_path / "bin", "41_0|OUT_OF_MEMORY\\n41_1|COMPLETED\\n41_2|CANCELLED by 0\\n", "")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    rows = "41_0|OUT_OF_MEMORY\\n41_1|COMPLETED\\n41_2|CANCELLED by 0\\n"
+    _fake_accounting(tmp_path, monkeypatch, rows, "")
     assert slurm.end_states(["41_0", "41_1", "41_2"]) == {
         "41_0": "OUT_OF_MEMORY",
         "41_1": "COMPLETED",
@@ -348,8 +346,7 @@ def test_without_accounting_an_ended_job_is_reported_by_squeue_or_as_unknown_wit
 ) -> None:
     from suite.study import slurm
 
-    _fake_accounting(tmp_path / "bin", None, "52_0|TIMEOUT\\n52_1|RUNNING\\n")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    _fake_accounting(tmp_path, monkeypatch, None, "52_0|TIMEOUT\\n52_1|RUNNING\\n")
     assert slurm.running(["52_0", "52_1"])
     states = slurm.end_states(["52_0", "52_2"])
     assert states["52_0"] == "TIMEOUT"

@@ -129,12 +129,13 @@ def permutation_p(
     total, orders, exact = _splits(m, n, resamples, seed)
     pooled = np.concatenate([x, y], axis=-1)
     chunk = max(1, _CELLS // max(pooled.size, 1))
-    fast = pooled.ndim == 1 and m and n and any(statistic is known for known in _ON_SORTED)
-    arms = _sorted_arms(pooled, m) if fast else None
+    # the sorted-arm form of a known statistic (by identity: a statistic need not hash), 1-D arms only
+    on_sorted = next((f for known, f in _ON_SORTED if known is statistic), None)
+    arms = _sorted_arms(pooled, m) if on_sorted and pooled.ndim == 1 and m and n else None
 
     def draws(start: int, stop: int) -> np.ndarray:
         if arms is not None:
-            return _ON_SORTED[statistic](*arms(orders(start, stop)))
+            return on_sorted(*arms(orders(start, stop)))
         g = pooled[..., orders(start, stop)]
         return statistic(g[..., :m], g[..., m:])
 
@@ -227,10 +228,10 @@ def spread_shift(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 # The same statistics on arms sorted ascending (`_sorted_arms`), cheaper: the median exactly
 # np.median's; the spread summed in another order (within 1e-12, under `_tails`' tolerance).
-_ON_SORTED: dict[Statistic, Statistic] = {
-    median_shift: lambda a, b: _middle(b) - _middle(a),
-    spread_shift: lambda a, b: _mad(b, _middle) - _mad(a, _middle),
-}
+_ON_SORTED: tuple[tuple[Statistic, Statistic], ...] = (
+    (median_shift, lambda a, b: _middle(b) - _middle(a)),
+    (spread_shift, lambda a, b: _mad(b, _middle) - _mad(a, _middle)),
+)
 
 
 def mann_whitney_p(x: np.ndarray, y: np.ndarray, resamples: int = RESAMPLES, seed: int = 0) -> np.ndarray:
