@@ -66,12 +66,27 @@ def test_pairs_are_matched_once_and_a_seed_seen_twice_is_left_out() -> None:
 
 @pytest.mark.parametrize("sizes", [(6, 5), (7, 7), (40, 33), (124, 125)])  # every split, then drawn
 @pytest.mark.parametrize("decimals", [None, 1])
-def test_the_sorted_arm_forms_give_the_general_p(sizes: tuple[int, int], decimals: int | None) -> None:
+def test_the_sorted_rank_and_sum_forms_give_the_general_p(
+    sizes: tuple[int, int], decimals: int | None
+) -> None:
     x, y = _arms(*sizes, decimals)
-    for statistic in (exact.median_shift, exact.spread_shift):
-        fast = exact.permutation_p(x, y, statistic, resamples=2_000, seed=3)
-        general = exact.permutation_p(x[None], y[None], statistic, resamples=2_000, seed=3)[0]
+    cases = [(x, y, s) for s in (exact.median_shift, exact.spread_shift, exact.mean_shift)]
+    for xs, ys, statistic in [*cases, (*exact.ranked(x, y), exact.mean_shift)]:  # Mann-Whitney's ranks
+        fast = exact.permutation_p(xs, ys, statistic, resamples=2_000, seed=3)
+        general = exact.permutation_p(xs[None], ys[None], statistic, resamples=2_000, seed=3)[0]
         assert fast == general, statistic.__name__  # one row: the general path over the same splits
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 6])
+def test_the_median_and_spread_of_sorted_ranks_are_numpys(k: int) -> None:
+    rng = np.random.default_rng(k)
+    pooled = np.round(rng.normal(size=2 * k + 3), 1)
+    ascending = np.sort(pooled)
+    ranks = np.sort(rng.permuted(np.tile(np.arange(pooled.size), (50, 1)), axis=1)[:, :k], axis=1)
+    values = ascending[ranks]
+    assert np.array_equal(exact._middle_of(ranks, ascending), np.median(values, axis=1))
+    mad = np.abs(values - np.median(values, axis=1)[:, None]).mean(1)
+    assert np.allclose(exact._mad_of(ranks, ascending), mad, rtol=0, atol=1e-12)
 
 
 def test_every_split_is_each_subset_of_arm_a_once_with_both_arms_ascending() -> None:

@@ -12,6 +12,7 @@ from suite.errors import SuiteError
 from suite.outputs import leaderboard
 from suite.outputs.leaderboard import read_leaderboard, validate, write_leaderboard
 from suite.stats.compare import compare
+from suite.study.records import read_jsonl
 from tests.conftest import run_tiny, write_tiny_task
 from tests.test_site import REPORTED, write_run
 
@@ -165,6 +166,27 @@ def test_corrupted_leaderboard_is_a_one_line_error(tmp_path: Path, capsys) -> No
     bad.write_text('{"schema_version": 2, "entries": [')
     assert main(["check-leaderboard", str(bad)]) == 2
     assert "cut.json: not valid JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "lines, line",
+    [(['{"a": 1}', "", '{"a": 2', '{"a": 3}'], 3), (['{"a": 1}', "{}{}"], 2), (["", "", "[1, 2"], 3)],
+)
+def test_a_bad_trials_line_is_named_by_its_own_number(tmp_path: Path, lines: list[str], line: int) -> None:
+    path = tmp_path / "trials.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(SuiteError, match=rf"{tmp_path}: .* in trials.jsonl \(line {line}\)$"):
+        read_jsonl(path)
+
+
+def test_trials_read_as_one_array_are_the_lines_each_parsed(tmp_path: Path) -> None:
+    records = [{"key": f"t{k}", "per_example": {"correct": [k, 1]}, "score": k / 3} for k in range(5)]
+    path = tmp_path / "trials.jsonl"
+    path.write_text("\n\n".join(json.dumps(r) for r in records) + "\n\n")
+    assert read_jsonl(path) == records
+    path.write_text('{"a": 1}\n1, 2\n')  # one JSON value a line: two on a line is refused
+    with pytest.raises(SuiteError, match=r"Extra data in trials.jsonl \(line 2\)"):
+        read_jsonl(path)
 
 
 EDITS = [  # each breaks one keyword the schema uses: type, minimum/maximum, required, enum/const, items

@@ -50,7 +50,7 @@ from scipy import stats
 from suite.stats.compare.blocks import ahead
 from suite.stats.decide import differences, moses_k, pair_up, signed_rank_k, unit_grid, unit_t, welch_t
 from suite.stats.design import exchangeable
-from suite.stats.estimates import intervals
+from suite.stats.estimates import median_interval
 from suite.study.records import TrialRecord, finite_scores, runs, score
 
 ALPHA = 0.05
@@ -83,7 +83,7 @@ def halfwidth(records: Sequence[TrialRecord], resamples: int = 2000, seed: int =
     """Half-width of the median's 95% interval of ONE entry's runs, on the score's scale: the
     interval the leaderboard shows (`summarize`: errored and pruned trials are not runs, failed
     runs count as scored). None when there is no interval (under 2 runs, or few runs all alike)."""
-    ci = intervals(runs(records), resamples, seed)["median"]["ci95"]
+    ci = median_interval(runs(records), resamples, seed)["ci95"]
     return None if ci is None else (ci[1] - ci[0]) / 2
 
 

@@ -27,7 +27,7 @@ from suite.stats.compare.field_verdicts import verdict_lines, verdicts
 from suite.stats.decide import decidable as dc
 from suite.stats.decide import exact, failed, pair_up, paired_units, unpaired_units
 from suite.stats.design import exchangeable
-from suite.stats.estimates import intervals, spread, wilson
+from suite.stats.estimates import median_interval, spread, wilson
 from suite.study.records import TrialRecord, finite_scores, outcome, score
 
 MATCHED_ON = "seeds, size and setting"
@@ -176,9 +176,7 @@ def _signed_rank(d: np.ndarray, seed: int) -> dict[str, Any]:
 
 def _side(records: list[TrialRecord], x: np.ndarray, seed: int) -> dict[str, Any]:
     fails = sum(outcome(r) == "failed" for r in records)
-    median = (
-        intervals(records, resamples=1000, seed=seed)["median"] if x.size else {"ci95": None, "unit": "runs"}
-    )
+    median = median_interval(records, resamples=1000, seed=seed) if x.size else {"ci95": None, "unit": "runs"}
     return {
         **spread(x),
         "failure_rate": fails / len(records),

@@ -63,16 +63,28 @@ def kept_scores(records: Sequence[TrialRecord], exclude_failed: bool = False) ->
     return finite_scores(r for r in records if not (exclude_failed and outcome(r) == "failed"))
 
 
-def layout(records: Sequence[TrialRecord], exclude_failed: bool = False) -> Layout:
-    """Detect the seed design of ONE setting's runs and lay their scores out by seed. Records
-    without seeds are independent runs of one subsample."""
-    groups: dict[int, list[tuple[tuple[int, int], float]]] = defaultdict(list)
+def _seed_pairs(records: Sequence[TrialRecord]) -> list[tuple[int, tuple[int, int]]]:
+    """Each run's (subsample seed, (init, order) seeds). Records without seeds are independent
+    runs of one subsample."""
+    found = []
     for k, r in enumerate(records):
         seeds = r.get("seeds") or {"init": k, "order": -k - 1, "subsample": 0}
-        y = np.nan if exclude_failed and outcome(r) == "failed" else score(r)
-        groups[seeds["subsample"]].append(((seeds["init"], seeds["order"]), y))
+        found.append((seeds["subsample"], (seeds["init"], seeds["order"])))
+    return found
+
+
+def _crossed(groups: dict[int, list]) -> bool:
+    """Every subsample seed's runs (pair, ...) form a crossed grid."""
+    return bool(groups) and all(_is_grid([p for p, *_ in g]) for g in groups.values())
+
+
+def layout(records: Sequence[TrialRecord], exclude_failed: bool = False) -> Layout:
+    """Detect the seed design of ONE setting's runs and lay their scores out by seed (`_seed_pairs`)."""
+    groups: dict[int, list[tuple[tuple[int, int], float]]] = defaultdict(list)
+    for (sub, pair), r in zip(_seed_pairs(records), records, strict=True):
+        groups[sub].append((pair, np.nan if exclude_failed and outcome(r) == "failed" else score(r)))
     subs = sorted(groups) or [0]
-    crossed = bool(groups) and all(_is_grid([p for p, _ in groups[s]]) for s in subs)
+    crossed = _crossed(groups)
     if crossed:
         rows = [sorted({p[0] for p, _ in groups[s]}) for s in subs]
         cols = [sorted({p[1] for p, _ in groups[s]}) for s in subs]
@@ -100,8 +112,10 @@ def layout(records: Sequence[TrialRecord], exclude_failed: bool = False) -> Layo
 def exchangeable(records: Sequence[TrialRecord]) -> bool:
     """Independent runs of one subsample: the runs themselves are the resampling unit (and
     exchangeable under "no effect", so rank and permutation tests apply)."""
-    lay = layout(records)
-    return lay.design == "independent" and lay.grid.shape[0] == 1
+    groups: dict[int, list[tuple[tuple[int, int]]]] = defaultdict(list)
+    for sub, pair in _seed_pairs(records):
+        groups[sub].append((pair,))
+    return len(groups) <= 1 and not _crossed(groups)
 
 
 def _within(rng: np.random.Generator, counts: np.ndarray, width: int) -> np.ndarray:

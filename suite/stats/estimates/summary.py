@@ -21,7 +21,7 @@ from suite.stats.estimates.components import variance_components
 from suite.stats.estimates.coverage import flag_coverage
 from suite.stats.estimates.expected_maximum import WITHOUT_REPLACEMENT, expected_max
 from suite.stats.estimates.gap_reference import our_variance
-from suite.stats.estimates.uncertainty import intervals
+from suite.stats.estimates.uncertainty import intervals, median_interval
 from suite.study.records import TrialRecord, counts, finite_scores, outcome, runs, scored
 
 CONFIDENCE = 0.9  # seeds_needed: one-sided confidence of "at least m runs"
@@ -154,7 +154,7 @@ def seeds_needed(
     fewer than 2 scored runs or no spread."""
     if len(by_setting(records)) > 1:
         return None
-    median = median or intervals(records, resamples, seed)["median"]
+    median = median or median_interval(records, resamples, seed)
     if median["ci95"] is None:
         return None
     lay = layout(records)

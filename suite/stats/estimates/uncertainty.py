@@ -194,16 +194,25 @@ def stacked_intervals(
     return calibrated_ci(reduce(flat, statistic), replicates, *stacked_terms(lay, grids), flat, statistic)
 
 
+STATISTICS = ("median", "mean", "std", "iqr", "failure_rate")
+
+
 def intervals(
-    records: Sequence[TrialRecord], resamples: int = 2000, seed: int = 0, exclude_failed: bool = False
+    records: Sequence[TrialRecord],
+    resamples: int = 2000,
+    seed: int = 0,
+    exclude_failed: bool = False,
+    statistics: Sequence[str] = STATISTICS,
 ) -> dict[str, dict[str, Any]]:
     """{median, mean, std, iqr: {estimate, ci95, unit, method, widening}} of the runs' scores
     (failed runs as scored unless excluded), and failure_rate (`failure_interval`: over seed
-    units) unless failures are excluded. Median and mean: `calibrated_ci`; std: basic, log scale;
-    IQR: log scale; both widened for few seeds. Where the runs cannot bound a statistic ci95 is
-    None and `method` starts "cannot bound"; where they all tie, each statistic also gets `tied`
-    (the share of runs at that value they do bound). Zero width only for a `pinned` median. No
-    score at all (every trial errored or diverged): estimate and ci95 None, `method` NO_SCORE.
+    units) unless failures are excluded; only those of `statistics` (each one's interval is the
+    same asked alone or with the others: they share one bootstrap). Median and mean:
+    `calibrated_ci`; std: basic, log scale; IQR: log scale; both widened for few seeds. Where the
+    runs cannot bound a statistic ci95 is None and `method` starts "cannot bound"; where they all
+    tie, each statistic also gets `tied` (the share of runs at that value they do bound). Zero
+    width only for a `pinned` median. No score at all (every trial errored or diverged): estimate
+    and ci95 None, `method` NO_SCORE.
 
     Measured coverage at nominal 95% (2000 simulated studies each, Monte-Carlo SE 0.5%; normal,
     lognormal(0, 0.5), beta(8, 1.5), and 25% / 40% of runs, or of init seeds on a grid,
@@ -226,7 +235,7 @@ def intervals(
     n = np.array([t[1] for t in terms], dtype=float)
     spread = not no_spread(x[None])[0]
     out: dict[str, dict[str, Any]] = {}
-    for name in ("median", "mean", "std", "iqr"):
+    for name in (s for s in STATISTICS[:4] if s in statistics):
         estimate = float(reduce(x[None], name)[0]) if x.size > (name == "std") else None
         replicates = reduce(samples, name)
         if name in ("median", "mean"):
@@ -248,6 +257,11 @@ def intervals(
         out[name] = {"estimate": estimate, "ci95": ci, "unit": unit, "method": how, "widening": factor}
         if x.size >= 2 and not spread:
             out[name]["tied"] = tied(x, n)
-    if not exclude_failed:
+    if not exclude_failed and "failure_rate" in statistics:
         out["failure_rate"] = failure_interval(records, resamples, seed)
     return out
+
+
+def median_interval(records: Sequence[TrialRecord], resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """`intervals`' median alone (failed runs as scored)."""
+    return intervals(records, resamples, seed, statistics=("median",))["median"]
