@@ -97,3 +97,24 @@ def test_every_split_is_each_subset_of_arm_a_once_with_both_arms_ascending() -> 
     assert all(sorted(row) == list(range(7)) for row in rows)
     assert all(row[:4] == sorted(row[:4]) and row[4:] == sorted(row[4:]) for row in rows)
     assert exact._every(0, 3).tolist() == [[0, 1, 2]]
+
+
+def test_a_blocks_median_and_spread_tests_rank_its_splits_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    x, y = _arms(124, 125, 1)
+    exact._RECENT.clear()
+    cold = exact.permutation_p(x, y, exact.spread_shift)  # ranked anew
+    ranked = []
+    sorted_arms = exact._sorted_arms
+
+    def counted(pooled: np.ndarray, m: int):  # noqa: ANN202
+        arms = sorted_arms(pooled, m)
+        return lambda orders: ranked.append(len(orders)) or arms(orders)
+
+    monkeypatch.setattr(exact, "_sorted_arms", counted)
+    exact._RECENT.clear()
+    exact.permutation_p(x, y, exact.median_shift)
+    assert sum(ranked) == exact.RESAMPLES  # every split ranked once, chunk by chunk
+    assert exact.permutation_p(x, y, exact.spread_shift) == cold
+    assert sum(ranked) == exact.RESAMPLES  # the spread test read the median test's ranks
+    exact.permutation_p(x + 1, y, exact.spread_shift)  # other runs: ranked anew
+    assert sum(ranked) == 2 * exact.RESAMPLES

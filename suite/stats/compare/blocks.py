@@ -15,7 +15,7 @@ from typing import Any
 
 from suite.config.task import higher_is_better
 from suite.errors import SuiteError
-from suite.study.records import TrialRecord
+from suite.study.records import TrialRecord, canonical
 
 Block = tuple[str, str]  # (size, setting) as JSON, so that they hash and compare by value
 _MISSING = object()
@@ -80,8 +80,8 @@ def check_studies(info_a: dict[str, Any], info_b: dict[str, Any]) -> None:
 def check_records(a: Sequence[TrialRecord], b: Sequence[TrialRecord]) -> None:
     """The same refusal from the runs' own fields (task, metric, evaluation split and set)."""
     for field in RECORD_FIELDS:
-        va = {json.dumps(r.get(field), sort_keys=True) for r in a}
-        vb = {json.dumps(r.get(field), sort_keys=True) for r in b}
+        va = {canonical(r.get(field)) for r in a}
+        vb = {canonical(r.get(field)) for r in b}
         if va != vb and not (field != "eval_set" and ("null" in va or "null" in vb)):
             raise _refuse(field, json.loads(min(va)), json.loads(min(vb)))
 
@@ -105,12 +105,12 @@ def _settings(group: Sequence[TrialRecord]) -> list[dict[str, Any]]:
     distinct = {}
     for r in group:
         hparams = r.get("hparams") or {}
-        distinct.setdefault(json.dumps(hparams, sort_keys=True), hparams)
+        distinct.setdefault(canonical(hparams), hparams)
     return list(distinct.values())
 
 
 def _values(settings: list[dict[str, Any]], key: str) -> set[str]:
-    return {json.dumps(h.get(key, "(unset)"), sort_keys=True) for h in settings}
+    return {canonical(h.get(key, "(unset)")) for h in settings}
 
 
 def _keys(groups: list[list[dict[str, Any]]]) -> list[str]:
@@ -137,7 +137,7 @@ def differing(groups: Sequence[Sequence[TrialRecord]]) -> dict[str, list[Any]]:
 def block_of(r: TrialRecord, keys: Sequence[str]) -> Block:
     hparams = r.get("hparams") or {}
     setting = {k: hparams.get(k, "(unset)") for k in keys}
-    return json.dumps(r.get("size")), json.dumps(setting, sort_keys=True)
+    return canonical(r.get("size")), canonical(setting)
 
 
 def _order(block: Block) -> tuple:

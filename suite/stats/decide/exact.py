@@ -77,20 +77,20 @@ def _drawn(runs: int, total: int, seed: int) -> np.ndarray:
     return orders
 
 
-def _splits(m: int, n: int, resamples: int, seed: int) -> tuple[int, Callable, bool]:
-    """(P, orders(start, stop), exact): every split of the pooled runs when there are at most
-    `resamples`, else P random ones (fewer for a large pool: `_DRAWN_CELLS`); `orders` gives the
-    splits start..stop as (stop - start, m + n) orders of the pooled runs, the first m of each
+def _splits(m: int, n: int, resamples: int, seed: int) -> tuple[int, Callable, bool, tuple | None]:
+    """(P, orders(start, stop), exact, kept): every split of the pooled runs when there are at
+    most `resamples`, else P random ones (fewer for a large pool: `_DRAWN_CELLS`); `orders` gives
+    the splits start..stop as (stop - start, m + n) orders of the pooled runs, the first m of each
     being arm A. Drawn splits are made chunk by chunk, in order, from one stream (the same splits
     as drawing them all at once, without holding them all), or all at once and kept where they are
-    few (`_CACHED_CELLS`)."""
+    few (`_CACHED_CELLS`). `kept`: what names kept splits (None: streamed)."""
     total, exact = split_count(m, n, resamples)
     if exact:
         every = _every(m, n)
-        return len(every), lambda start, stop: every[start:stop], True
+        return len(every), lambda start, stop: every[start:stop], True, ("every", m, n)
     if total * (m + n) <= _CACHED_CELLS:
         kept = _drawn(m + n, total, seed)
-        return total, lambda start, stop: kept[start:stop], False
+        return total, lambda start, stop: kept[start:stop], False, ("drawn", m + n, total, seed)
     rng = np.random.default_rng(seed)
     made = [0]  # splits drawn so far: the stream moves forward only
 
@@ -99,7 +99,7 @@ def _splits(m: int, n: int, resamples: int, seed: int) -> tuple[int, Callable, b
         made[0] = stop
         return _draw(rng, stop - start, m + n)
 
-    return total, orders, False
+    return total, orders, False, None
 
 
 def _tails(observed: np.ndarray, draws: Callable[[int, int], np.ndarray], total: int, chunk: int) -> tuple:
@@ -126,7 +126,7 @@ def permutation_p(
 ) -> np.ndarray:
     """Two-sided p of statistic(x, y) (arm A, arm B: last axis runs) over splits of the pooled runs."""
     m, n = x.shape[-1], y.shape[-1]
-    total, orders, exact = _splits(m, n, resamples, seed)
+    total, orders, exact, kept = _splits(m, n, resamples, seed)
     pooled = np.concatenate([x, y], axis=-1)
     chunk = max(1, _CELLS // max(pooled.size, 1))
     # the sorted-rank form of a known statistic (by identity: a statistic need not hash), 1-D arms only
@@ -136,7 +136,10 @@ def permutation_p(
 
     def draws(start: int, stop: int) -> np.ndarray:
         if arms is not None:
-            return on_ranks(*arms(orders(start, stop)))
+            if kept is None:
+                return on_ranks(*arms(orders(start, stop)))
+            key = (kept, pooled.tobytes(), m, start, stop)
+            return on_ranks(*_recent(key, lambda: arms(orders(start, stop))))
         if on_sums:  # B's sum is the pool's less A's: gather arm A alone
             return _mean_shift_of_sums(pooled[orders(start, stop)[:, :m]].sum(-1), pooled.sum(), m, n)
         g = pooled[..., orders(start, stop)]
@@ -144,6 +147,22 @@ def permutation_p(
 
     hi, lo = _tails(statistic(x, y), draws, total, chunk)
     return _two_sided(hi, lo, total, exact)
+
+
+_RECENT: dict[tuple, tuple] = {}
+_RECENT_CHUNKS = 4
+
+
+def _recent(key: tuple, make: Callable[[], tuple]) -> tuple:
+    """The sorted-rank arms of a chunk of kept splits, for the last few chunks: a block's median
+    and spread tests read the same splits of the same runs, and ranking them (a gather and two
+    sorts of 16,000 x 250 integers) is most of each test's time. Keyed by the splits' name and the
+    pooled values, never by an object's identity."""
+    if key not in _RECENT:
+        while len(_RECENT) >= _RECENT_CHUNKS:
+            del _RECENT[next(iter(_RECENT))]  # the oldest
+        _RECENT[key] = make()
+    return _RECENT[key]
 
 
 def _sorted_arms(pooled: np.ndarray, m: int) -> Callable[[np.ndarray], tuple[np.ndarray, ...]]:
@@ -174,7 +193,7 @@ def smallest_p(x: np.ndarray, y: np.ndarray, statistic: Statistic, resamples: in
     total, exact = split_count(m, n, resamples)
     if not exact:
         return 2 / (total + 1)
-    total, orders, _ = _splits(m, n, resamples, 0)
+    total, orders, _, _ = _splits(m, n, resamples, 0)
     g = np.concatenate([x, y])[orders(0, total)]
     t = statistic(g[:, :m], g[:, m:])
     tol = 1e-9 * (1 + np.abs(t).max())

@@ -20,7 +20,6 @@ small by chance); untruncated components cost most of the power when cell noise 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -56,8 +55,9 @@ def failed(r: TrialRecord) -> float:
     return float(outcome(r) == "failed")
 
 
-def _seed_key(r: TrialRecord) -> str | None:
-    return json.dumps(r["seeds"], sort_keys=True) if r.get("seeds") is not None else None
+def _seed_key(r: TrialRecord) -> tuple | None:
+    """What matches a run across studies: its seeds (a tuple: it only keys a dict here)."""
+    return tuple(sorted(r["seeds"].items())) if r.get("seeds") is not None else None
 
 
 def pair_up(a: Sequence[TrialRecord], b: Sequence[TrialRecord]) -> list[tuple[TrialRecord, TrialRecord]]:

@@ -22,6 +22,7 @@ from scipy import stats
 from suite.study.records import TrialRecord, finite_scores, outcome, score
 
 Z95 = float(stats.norm.ppf(0.975))
+_SETTING = json.JSONEncoder(sort_keys=True, default=str).encode  # one encoder, not one a run
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ def by_setting(records: Sequence[TrialRecord]) -> list[list[TrialRecord]]:
     """Runs grouped by full setting (size + every hyperparameter): statistics never pool settings."""
     groups: dict[str, list[TrialRecord]] = defaultdict(list)
     for r in records:
-        groups[json.dumps([r.get("size"), r.get("hparams") or {}], sort_keys=True, default=str)].append(r)
+        groups[_SETTING([r.get("size"), r.get("hparams") or {}])].append(r)
     return list(groups.values())
 
 
