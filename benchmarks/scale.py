@@ -6,10 +6,12 @@ in the same run (benchmarks/scale_data.py builds the studies):
 Per shape (`one`: one setting; `grid`: settings x seeds x sizes) and size, each command runs in a
 fresh interpreter: `leaderboard`, the run's summary (`format_summary`, the table `run` prints, on
 the stored study), `export`, `compare` (against a twin study of the same plan), `site` (on that
-leaderboard) and `report` (up to --report-max trials: it executes a notebook). Printed: wall
-seconds and the child's peak RSS (ru_maxrss, its waited-for children included), the ratios
-10,000/100 and 100,000/10,000, `compare`'s blocks (its pairwise work grows with the settings, not
-the trials) and the storage side (no target): enqueueing N trials and one worker's take at N queued.
+leaderboard) and `report` (up to --report-max trials: it executes a notebook; timed as after
+`run`, which leaves the run folder's leaderboard written by the same code: made untimed first).
+Printed: wall seconds and the child's peak RSS (ru_maxrss, its waited-for children included), the
+ratios 10,000/100 and 100,000/10,000, `compare`'s blocks (its pairwise work grows with the
+settings, not the trials) and the storage side (no target): enqueueing N trials and one worker's
+take at N queued.
 A command past --timeout prints as `>T`; the base's later sizes of that command are skipped.
 """
 
@@ -96,6 +98,8 @@ def measure(args: argparse.Namespace, codes: dict[str, Path], seed_folder: Path)
                     if (name == "report" and n > args.report_max) or any(r is None for r in smaller):
                         results[label, shape, n, name] = None
                         continue
+                    if name == "report":  # as `run` leaves the folder: its leaderboard, by this code
+                        timed(command_line("leaderboard", folder, twin, folder), code, out, args.timeout)
                     got = timed(command_line(name, folder, twin, out), code, out, args.timeout)
                     results[label, shape, n, name] = got
                     cell = f"{got[0]:.2f} s {got[1]:.0f} MB" if got else f">{args.timeout:.0f} s"

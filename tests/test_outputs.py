@@ -254,6 +254,42 @@ def test_report_executes_with_every_figure(finished_run: Path, capfd) -> None:  
     assert html.count("<img") >= 3 and "across seeds" in html
 
 
+def test_a_leaderboard_is_current_while_its_runs_code_and_reference_are(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    run = write_run(tmp_path / "run", grid=ONE_SETTING)
+    out = tmp_path / "board.json"
+    write_leaderboard([run], out)
+    inputs = json.loads(out.read_text())["provenance"]["inputs"]
+    assert len(inputs["runs"]) == 1 and inputs["reference"] is None and inputs["code"]
+    assert leaderboard.current(out, [run]) and not leaderboard.current(out, [run], reference="bert")
+    assert not leaderboard.current(out, [run, run])  # other sources
+    monkeypatch.setattr(leaderboard, "source_stamp", lambda root: "another checkout")
+    assert not leaderboard.current(out, [run])
+    monkeypatch.undo()
+    with (run / "trials.jsonl").open("a") as trials:
+        trials.write("\n")  # any change to the trials: the numbers may change
+    assert not leaderboard.current(out, [run])
+    out.write_text("{cut")
+    assert not leaderboard.current(out, [run]) and not leaderboard.current(tmp_path / "none.json", [run])
+
+
+def test_report_builds_the_leaderboard_only_when_it_is_not_current(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    import nbclient
+
+    from suite.outputs import report
+
+    monkeypatch.setattr(nbclient.NotebookClient, "execute", lambda self, **kwargs: None)
+    run = write_run(tmp_path / "run", grid=ONE_SETTING)
+    built = []
+    write = leaderboard.write_leaderboard
+    monkeypatch.setattr(leaderboard, "write_leaderboard", lambda *a, **k: built.append(a) or write(*a, **k))
+    report.make_report(run)  # `write_run` wrote no leaderboard: built
+    report.make_report(run)  # current: read as it is
+    assert len(built) == 1 and (run / "report.html").is_file()
+    (run / "run.json").write_text((run / "run.json").read_text() + " ")
+    report.make_report(run)  # its run.json changed: built again
+    assert len(built) == 2
+
+
 @pytest.mark.parametrize("error", ["timeout", "dead kernel", "no kernel"])
 def test_a_report_whose_kernel_times_out_or_dies_is_one_line(
     tmp_path: Path,

@@ -24,8 +24,8 @@ import jsonschema
 from suite import __version__
 from suite.config.task import higher_is_better, size_order
 from suite.errors import SuiteError
-from suite.identity import version
-from suite.provenance import git_commit
+from suite.identity import SUITE, source_stamp, version
+from suite.provenance import file_sha256, git_commit
 from suite.stats.compare import (
     RANK_FIELDS,
     data_digest,
@@ -336,10 +336,36 @@ def write_leaderboard(sources: list[str | Path], out: Path, reference: str | Non
     run.json and trials.jsonl), validate, write atomically."""
     from suite.study.storage import write_atomic
 
+    made_from = inputs(sources, reference)  # before reading: a file that changes after is stale
     document = build([load_run(source) for source in sources], reference)
+    document["provenance"]["inputs"] = made_from
     validate(document, str(out))
     write_atomic(Path(out), dumps(document))
     return document
+
+
+def inputs(sources: list[str | Path], reference: str | None = None) -> dict[str, Any]:
+    """What a leaderboard's numbers are made from: each run folder's run.json and trials.jsonl
+    (sha256, in the order given), the cross-task reference, and the suite's code as this process
+    has it (`source_stamp`: any edit, or another checkout, is another stamp)."""
+    files = ("run.json", "trials.jsonl")
+    return {
+        "runs": [{name: file_sha256(Path(source) / name) for name in files} for source in sources],
+        "reference": reference,
+        "code": source_stamp(SUITE),
+    }
+
+
+def current(out: Path, sources: list[str | Path], reference: str | None = None) -> bool:
+    """Whether `out` is a leaderboard this code would write from these run folders now: its
+    `provenance.inputs` are theirs (what `report` checks before building one again: at 10,000
+    trials the statistics take most of its time, and `run` has just written them)."""
+    try:
+        found = json.loads(Path(out).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    made_from = (found.get("provenance") or {}).get("inputs") if isinstance(found, dict) else None
+    return made_from == inputs(sources, reference)
 
 
 def dumps(document: dict[str, Any]) -> str:

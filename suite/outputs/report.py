@@ -18,14 +18,16 @@ def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) 
     from jupyter_client.kernelspec import NoSuchKernel
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
-    from suite.outputs.leaderboard import write_leaderboard
+    from suite.outputs.leaderboard import current, write_leaderboard
 
     run_dir = Path(run_dir).resolve()
     if not (run_dir / "trials.jsonl").is_file():
         raise SuiteError(f"{run_dir}: no trials.jsonl here (expected a runs/<task>/<model> folder)")
     if not template.is_file():
         raise SuiteError(f"{template}: report template not found")
-    write_leaderboard([run_dir], run_dir / "leaderboard.json")  # fresh statistics for the report
+    board = run_dir / "leaderboard.json"
+    if not current(board, [run_dir]):  # as `run` wrote it from these trials with this code, or anew
+        write_leaderboard([run_dir], board)
 
     notebook = nbformat.read(template, as_version=4)
     for cell in notebook.cells:  # papermill-style: the `parameters` cell gets the run folder
