@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import nbformat  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
 from suite.outputs import plots  # noqa: E402
@@ -91,8 +92,11 @@ def _execute_template(run: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     def record(fig: plt.Figure) -> None:
         titles = [fig._suptitle.get_text() if fig._suptitle else "", *(ax.get_title() for ax in fig.axes)]
         axes = [
-            {"title": ax.get_title(), "lines": [line.get_ydata() for line in ax.lines],
-             "dots": [c.get_offsets()[:, 1] for c in ax.collections if len(c.get_offsets())]}
+            {"title": ax.get_title(),
+             "lines": [line.get_ydata() for line in ax.lines] + [s[:, 1] for c in ax.collections
+                       if isinstance(c, LineCollection) for s in c.get_segments()],
+             "dots": [c.get_offsets()[:, 1] for c in ax.collections
+                      if len(c.get_offsets()) and not isinstance(c, LineCollection)]}
             for ax in fig.axes
         ]  # fmt: skip
         shown.append({"titles": titles, "axes": axes})
@@ -146,7 +150,8 @@ def test_a_two_size_report_draws_each_figure_per_size(
     assert [ax["title"] for ax in loss["axes"]] == [f"size {size}, {label}" for size, label in units]
     for ax, (size, label) in zip(loss["axes"], units, strict=True):
         own = [r for r in trials if r["size"] == size and labels[setting_key(r["hparams"])] == label]
-        assert [line[0] for line in ax["lines"]] == pytest.approx([r["loss_curve"][0] for r in own])
+        firsts = sorted(r["loss_curve"][0] for r in own)
+        assert sorted(line[0] for line in ax["lines"]) == pytest.approx(firsts)
 
 
 def test_figures_of_one_entry_refuse_pooled_records(two_size_run: Path) -> None:
@@ -240,7 +245,9 @@ def test_a_panel_of_thousands_of_runs_draws_a_stated_sample_with_its_failed_shar
     assert sum(r["failed"] for r in shown(one_failed)) == 1  # a rare failure is still drawn
     for figure in (plots.loss_curves(records), plots.dev_curves(records, "accuracy")):
         (ax,) = figure.axes
-        assert len(ax.lines) == CURVES_SHOWN
+        blue, red = (c for c in ax.collections if isinstance(c, LineCollection))  # failed runs on top
+        assert len(blue.get_segments()) + len(red.get_segments()) == CURVES_SHOWN
+        assert len(red.get_segments()) == round(0.1 * CURVES_SHOWN) and red.get_zorder() > blue.get_zorder()
         assert ax.get_title().endswith(f"{CURVES_SHOWN} of 2000 runs drawn (a seeded sample)")
         plt.close(figure)
 
