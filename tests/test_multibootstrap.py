@@ -455,3 +455,33 @@ def test_a_lower_is_better_metric_reads_p_and_the_margin_on_the_improvement() ->
     assert np.allclose(low["interval"], -high["interval"][:, ::-1])
     by_hand = np.maximum(((rep_b - rep_a) <= 0).mean(-1), 1 / 400)
     assert np.array_equal(high["p_one_sided"], by_hand) and (high["p_one_sided"] < 0.5).all()
+
+
+@pytest.mark.parametrize("bounds", [[125, 125], [7, 1, 7, 200], [2, 0, 3], [1], [300, 299, 300]])
+def test_the_reference_draws_made_at_once_are_the_loops(bounds: list[int]) -> None:
+    """`randint_rows` against the reference's own loop: per replicate, each bound's
+    RandomState.choice in turn (equal bounds included: each draw keeps its own place)."""
+    from suite.stats.compare.reference_draws import randint_rows
+
+    for seed in (0, 5):
+        found = randint_rows(seed, bounds, 40)
+        ref = np.random.RandomState(seed)
+        for b in range(40):
+            for k, rows in zip(bounds, found, strict=True):
+                assert np.array_equal(rows[b], _choice(ref, k))
+
+
+def test_independent_arms_draw_at_once_what_the_replicate_loop_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    from suite.stats.compare import multi_bootstrap as mb
+    from suite.stats.compare import reference_draws
+
+    rng = np.random.default_rng(6)
+    truth = rng.integers(0, 2, N)
+    a = _grid_runs(rng, [(k, 100 + k, 0) for k in range(9)], truth, 0.6)[::-1]  # runs not in seed order
+    b = _grid_runs(rng, [(50 + k, 200 + k, 0) for k in range(9)], truth, 0.7)
+    at_once = multibootstrap_replicates(a, b, NBOOT, seed=8)["replicates"]
+    monkeypatch.setattr(reference_draws, "MOST_VALUES", 0)  # too many to hold: the loop
+    looped = multibootstrap_replicates(a, b, NBOOT, seed=8)["replicates"]
+    assert np.array_equal(at_once, looped)
+    units = [mb.Units.of([r["seeds"] for r in side]) for side in (a, b)]
+    assert mb.draws(NBOOT, 8, units, N)[1] is not None  # the example draw rides along

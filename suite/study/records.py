@@ -16,6 +16,7 @@ else (None for a diverged, errored or pruned trial; NaN in records older code wr
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -205,12 +206,17 @@ def read_jsonl(path: Path) -> list[Any]:
     a call per line took 250 MB, in the same time). A bad line is named by its line number."""
     lines = path.read_text(encoding="utf-8").splitlines()
     kept = [line for line in lines if line]
+    collecting = gc.isenabled()
+    gc.disable()  # parsed JSON holds no reference cycle: the collector's passes over it are waste (25%)
     try:
         found = json.loads("[" + ",".join(kept) + "]")
         if len(found) == len(kept):
             return found
     except json.JSONDecodeError:
         pass
+    finally:
+        if collecting:
+            gc.enable()
     for number, line in enumerate(lines, 1):  # the first bad line, as parsing it alone finds it
         try:
             if line:

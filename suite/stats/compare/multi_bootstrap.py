@@ -73,6 +73,7 @@ from typing import Any
 
 import numpy as np
 
+from suite.stats.compare.reference_draws import randint_rows
 from suite.stats.decide import pair_up
 from suite.stats.design import Layout, layout
 from suite.stats.estimates import PerExample, per_example_scores
@@ -160,20 +161,29 @@ def draws(
     """Every replicate's draws in the reference's order: the seed units of each entry of `units`
     (one entry when paired, A then B when not), then the example indices (none when `n_examples`
     is None). Returns the run weights (B, R) per entry and the example indices (B, n)."""
+    rows = [_independent_rows(u) for u in units]
+    if all(r is not None for r in rows):  # one draw of rows per arm and replicate: all at once
+        bounds = [*rows, *([n_examples] if n_examples else [])]
+        found = randint_rows(seed, bounds, nboot)
+        if found is not None:
+            counts = [_counts(drawn, u.shape[1])[:, u.cell] for drawn, u in zip(found, units, strict=False)]
+            return counts, (found[-1] if n_examples else None)
     rng = np.random.RandomState(seed)
     cells = [np.zeros((nboot, *u.shape)) for u in units]
     examples = np.empty((nboot, n_examples), dtype=np.int64) if n_examples else None
-    # independent runs: their row counts written straight in (80 blocks x 1,000 replicates x 2 arms)
-    plans = [(c.reshape(nboot, -1), _independent_rows(u), u) for c, u in zip(cells, units, strict=True)]
     for b in range(nboot):
-        for flat, rows, u in plans:
-            if rows is None:
-                flat[b] = draw_cells(rng, u).reshape(-1)
-            else:
-                flat[b] = np.bincount(_choice(rng, rows), minlength=flat.shape[1])
+        for u, c in zip(units, cells, strict=True):
+            c[b] = draw_cells(rng, u)
         if examples is not None:
             examples[b] = rng.choice(n_examples, size=n_examples, replace=True)
     return [run_weights(c, u) for c, u in zip(cells, units, strict=True)], examples
+
+
+def _counts(drawn: np.ndarray, n: int) -> np.ndarray:
+    """(B, k) drawn indices -> (B, n) how often each of n is drawn, as floats."""
+    rows = len(drawn)
+    flat = (drawn + n * np.arange(rows)[:, None]).ravel()
+    return np.bincount(flat, minlength=rows * n).reshape(rows, n).astype(float)
 
 
 def example_weights(indices: np.ndarray, n: int) -> np.ndarray:
