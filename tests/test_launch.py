@@ -13,7 +13,7 @@ import optuna
 import pytest
 
 from suite.commands.cli import main
-from suite.commands.launch import Launch, executor_parameters, make_executor, slurm_minutes
+from suite.commands.launch import Launch, executor_parameters, job_ids, make_executor, slurm_minutes
 from suite.errors import SpecError
 from suite.model.devices import resolve_trainer
 from tests.test_workers import _sweep
@@ -221,6 +221,20 @@ def test_slurm_time_limits_in_sbatch_formats(text: str, minutes: int) -> None:
     assert slurm_minutes(text) == minutes
 
 
+@pytest.mark.parametrize(
+    "ids, shown",
+    [
+        (["4242_0", "4242_1", "4242_2", "4242_5", "4242_7", "4242_6"], "4242_[0-2,5-7]"),
+        (["4243_0"], "4243_0"),
+        (["4244"], "4244"),
+        (["4245", "4246_1", "4246_0", "4247_3"], "4245 4246_[0-1] 4247_3"),
+        (["31337", "31338"], "31337 31338"),  # local processes
+    ],
+)
+def test_job_ids_are_written_as_squeue_writes_them(ids: list[str], shown: str) -> None:
+    assert job_ids(ids) == shown
+
+
 def test_bad_launch_options_are_one_line(tmp_path: Path) -> None:
     for bad in ("1h", "0", ""):
         with pytest.raises(SpecError, match="--slurm-time"):
@@ -278,7 +292,7 @@ def test_slurm_launch_submits_an_array_prints_how_to_watch_and_a_rerun_writes_th
     )
     assert main([*command, "--slurm-partition", "cpu", "--cpus-per-worker", "1"]) == 0
     out = capsys.readouterr().out
-    assert "submitted 2 worker jobs (slurm): 4242_0 4242_1" in out
+    assert "submitted 2 worker jobs (slurm): 4242_[0-1]" in out
     assert "watch: optuna-dashboard 'postgresql://suite:***@" in out and "rerun this command" in out
     (script,) = tmp_path.glob("sbatch-*.sh")
     text = script.read_text()

@@ -268,13 +268,41 @@ def _say_submitted(s: Setup, executor: str, jobs: list[Any]) -> None:
     hidden = " (the password is hidden here)" if url != s.url else ""
     print(
         f"submitted {len(jobs)} worker job{'s' if len(jobs) != 1 else ''} ({executor}): "
-        f"{' '.join(str(j.job_id) for j in jobs)}; "
+        f"{job_ids([str(j.job_id) for j in jobs])}; "
         f"logs in {s.folder / 'jobs'}\n"
         f"study {s.name!r} in {url}\n"
         f"watch: optuna-dashboard '{url}'{hidden}\n"
         "rerun this command to resume (trials that ended as runs are not rerun) and, once no trial is "
         f"left, to write the outputs to {s.folder}"
     )
+
+
+def job_ids(ids: list[str]) -> str:
+    """Job ids as squeue writes them: an array's tasks as `4242_[0-3,7]` (one task: `4242_0`),
+    other ids (a lone job, a local process) as they are."""
+    tasks: dict[str, list[int]] = {}
+    shown: list[str] = []
+    for found in ids:
+        base, _, task = found.partition("_")
+        if not task.isdigit():
+            shown.append(found)
+            continue
+        if base not in tasks:
+            shown.append(base)  # its place, filled below
+        tasks.setdefault(base, []).append(int(task))
+    return " ".join(_array(base, tasks[base]) if base in tasks else base for base in shown)
+
+
+def _array(base: str, tasks: list[int]) -> str:
+    if len(tasks) == 1:
+        return f"{base}_{tasks[0]}"
+    runs: list[list[int]] = []
+    for task in sorted(set(tasks)):
+        if runs and task == runs[-1][-1] + 1:
+            runs[-1].append(task)
+        else:
+            runs.append([task])
+    return f"{base}_[{','.join(f'{r[0]}-{r[-1]}' if len(r) > 1 else str(r[0]) for r in runs)}]"
 
 
 def _wait_for(jobs: list[Any], study: Any, s: Setup, executor: str, quiet: bool) -> None:
