@@ -77,6 +77,12 @@ def test_the_sorted_rank_and_sum_forms_give_the_general_p(
         assert fast == general, statistic.__name__  # one row: the general path over the same splits
 
 
+def test_the_spread_test_keeps_its_digits_on_large_scores() -> None:
+    x, y = 1e9 + 0.01 * np.arange(5), 1e9 + 0.05 * np.arange(5)
+    fast = exact.permutation_p(x, y, exact.spread_shift)
+    assert fast == exact.permutation_p(x[None], y[None], exact.spread_shift)[0]
+
+
 @pytest.mark.parametrize("k", [1, 2, 5, 6])
 def test_the_median_and_spread_of_sorted_ranks_are_numpys(k: int) -> None:
     rng = np.random.default_rng(k)

@@ -184,6 +184,9 @@ def test_trials_read_as_one_array_are_the_lines_each_parsed(tmp_path: Path) -> N
     path = tmp_path / "trials.jsonl"
     path.write_text("\n\n".join(json.dumps(r) for r in records) + "\n\n")
     assert read_jsonl(path) == records
+    path.write_text("[1\n2]\n3, 4\n")  # a value cut in two and two on one line: not two records
+    with pytest.raises(SuiteError, match=r"in trials.jsonl \(line 1\)"):
+        read_jsonl(path)
     path.write_text('{"a": 1}\n1, 2\n')  # one JSON value a line: two on a line is refused
     with pytest.raises(SuiteError, match=r"Extra data in trials.jsonl \(line 2\)"):
         read_jsonl(path)

@@ -252,6 +252,17 @@ def test_a_panel_of_thousands_of_runs_draws_a_stated_sample_with_its_failed_shar
         plt.close(figure)
 
 
+def test_the_smoothed_loss_is_pandas_rolling_mean_missing_values_included() -> None:
+    import pandas as pd
+
+    from suite.outputs.curves import _trailing_mean
+
+    loss = [0.9, 0.8, float("nan"), 0.7, 0.65, float("nan"), float("nan"), 0.5]
+    for window in (1, 2, 3):
+        expected = pd.Series(loss).rolling(window, min_periods=1).mean().to_numpy()
+        assert np.allclose(_trailing_mean(loss, window), expected, equal_nan=True)
+
+
 def test_the_expected_max_curve_is_drawn_at_points_a_reader_can_tell_apart() -> None:
     assert plots.curve_points(7) == list(range(1, 8))
     points = plots.curve_points(10_000)

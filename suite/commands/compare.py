@@ -38,6 +38,16 @@ def compare_runs(
 ) -> None:
     """Print the comparison the arguments ask for (see the module's docstring); a study with no
     score at all leaves nothing to compare, and says so."""
+    try:
+        _compare(run_a, runs_b, size, setting, reference, all_pairs, plot)
+    finally:
+        gc.unfreeze()  # the studies `_study` froze are the collector's again (a caller lives on)
+
+
+def _compare(
+    run_a: Path, runs_b: list[Path], size: str | None, setting: str | None, reference: str | None,
+    all_pairs: bool, plot: Path | None,
+) -> None:  # fmt: skip
     info_a, a = _study(run_a)
     metric = info_a.get("task", {}).get("metric", {}).get("main", "score")
     chosen = parse_setting(setting)

@@ -97,12 +97,16 @@ def _draw(ax: plt.Axes, drawn: Records, curve: Any, marks: bool) -> None:
 
 
 def _trailing_mean(values: list[float], window: int) -> np.ndarray:
-    """The mean of each value and up to window - 1 before it (pandas' rolling mean with
-    min_periods=1)."""
-    total = np.cumsum(np.concatenate([[0.0], np.asarray(values, dtype=float)]))
-    k = np.arange(1, len(values) + 1)
+    """The mean of each value and up to window - 1 before it, of those that are finite (pandas'
+    rolling mean with min_periods=1); NaN where none is."""
+    x = np.asarray(values, dtype=float)
+    finite = np.isfinite(x)
+    total = np.cumsum(np.concatenate([[0.0], np.where(finite, x, 0.0)]))
+    seen = np.cumsum(np.concatenate([[0], finite]))
+    k = np.arange(1, len(x) + 1)
     start = np.maximum(k - window, 0)
-    return (total[k] - total[start]) / (k - start)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (total[k] - total[start]) / (seen[k] - seen[start])
 
 
 def loss_curves(records: Records) -> Result:

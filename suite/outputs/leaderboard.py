@@ -344,15 +344,20 @@ def write_leaderboard(sources: list[str | Path], out: Path, reference: str | Non
     return document
 
 
+NUMERICAL = ("numpy", "scipy", "scikit-learn", "optuna")  # the statistics' libraries
+
+
 def inputs(sources: list[str | Path], reference: str | None = None) -> dict[str, Any]:
     """What a leaderboard's numbers are made from: each run folder's run.json and trials.jsonl
-    (sha256, in the order given), the cross-task reference, and the suite's code as this process
-    has it (`source_stamp`: any edit, or another checkout, is another stamp)."""
+    (sha256, in the order given), the cross-task reference, the suite's code as this process
+    has it (`source_stamp`: any edit, or another checkout, is another stamp; the schema is among
+    the package's files only as read by that code) and the numerical libraries' versions."""
     files = ("run.json", "trials.jsonl")
     return {
         "runs": [{name: file_sha256(Path(source) / name) for name in files} for source in sources],
         "reference": reference,
         "code": source_stamp(SUITE),
+        "libraries": {name: version(name) for name in NUMERICAL},
     }
 
 

@@ -138,7 +138,7 @@ def permutation_p(
         if arms is not None:
             if kept is None:
                 return on_ranks(*arms(orders(start, stop)))
-            key = (kept, pooled.tobytes(), m, start, stop)
+            key = (kept, pooled.dtype.str, pooled.tobytes(), m, start, stop)
             return on_ranks(*_recent(key, lambda: arms(orders(start, stop))))
         if on_sums:  # B's sum is the pool's less A's: gather arm A alone
             return _mean_shift_of_sums(pooled[orders(start, stop)[:, :m]].sum(-1), pooled.sum(), m, n)
@@ -239,9 +239,10 @@ def _middle_of(ranks: np.ndarray, ascending: np.ndarray) -> np.ndarray:
 
 def _mad_of(ranks: np.ndarray, ascending: np.ndarray) -> np.ndarray:
     """`_mad` of an arm given as sorted ranks: the upper half's sum less the lower half's, over
-    the runs (the median's own terms cancel, for odd and even counts alike)."""
+    the runs (the median's own terms cancel, for odd and even counts alike), on values less the
+    pool's middle one (the spread is the same; sums of scores near 1e9 would lose their digits)."""
     k = ranks.shape[-1]
-    values = ascending[ranks]
+    values = ascending[ranks] - ascending[ascending.size // 2]
     return (values[:, k - k // 2 :].sum(-1) - values[:, : k // 2].sum(-1)) / k
 
 
