@@ -74,9 +74,9 @@ def _seed_pairs(records: Sequence[TrialRecord]) -> list[tuple[int, tuple[int, in
     return found
 
 
-def _crossed(groups: dict[int, list]) -> bool:
-    """Every subsample seed's runs (pair, ...) form a crossed grid."""
-    return bool(groups) and all(_is_grid([p for p, *_ in g]) for g in groups.values())
+def _crossed(pairs: dict[int, list[tuple[int, int]]]) -> bool:
+    """Every subsample seed's (init, order) pairs form a crossed grid."""
+    return bool(pairs) and all(_is_grid(p) for p in pairs.values())
 
 
 def layout(records: Sequence[TrialRecord], exclude_failed: bool = False) -> Layout:
@@ -85,7 +85,7 @@ def layout(records: Sequence[TrialRecord], exclude_failed: bool = False) -> Layo
     for (sub, pair), r in zip(_seed_pairs(records), records, strict=True):
         groups[sub].append((pair, np.nan if exclude_failed and outcome(r) == "failed" else score(r)))
     subs = sorted(groups) or [0]
-    crossed = _crossed(groups)
+    crossed = _crossed({s: [p for p, _ in g] for s, g in groups.items()})
     if crossed:
         rows = [sorted({p[0] for p, _ in groups[s]}) for s in subs]
         cols = [sorted({p[1] for p, _ in groups[s]}) for s in subs]
@@ -113,10 +113,10 @@ def layout(records: Sequence[TrialRecord], exclude_failed: bool = False) -> Layo
 def exchangeable(records: Sequence[TrialRecord]) -> bool:
     """Independent runs of one subsample: the runs themselves are the resampling unit (and
     exchangeable under "no effect", so rank and permutation tests apply)."""
-    groups: dict[int, list[tuple[tuple[int, int]]]] = defaultdict(list)
+    pairs: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for sub, pair in _seed_pairs(records):
-        groups[sub].append((pair,))
-    return len(groups) <= 1 and not _crossed(groups)
+        pairs[sub].append(pair)
+    return len(pairs) <= 1 and not _crossed(pairs)
 
 
 def _within(rng: np.random.Generator, counts: np.ndarray, width: int) -> np.ndarray:
