@@ -13,7 +13,10 @@ CELLS = [
         "# Variance report\n\nOne study's runs: how far the dev score moves with the seeds "
         "and hyperparameters, how often a run fails, and where published numbers fall."
     ),
-    new_code_cell('RUN_DIR = "."', metadata={"tags": ["parameters"]}),
+    new_code_cell(
+        'RUN_DIR = "."\nENTRY_FIGURES = 8  # per-entry figures: each size\'s best-ranked (0: every entry)',
+        metadata={"tags": ["parameters"]},
+    ),
     new_code_cell(
         "import json\nfrom pathlib import Path\n\nimport pandas as pd\nfrom IPython.display import display\n\n"
         "from suite.outputs import plots\nfrom suite.outputs.unscored import no_score_lines\nfrom suite.study.records import counts, load_run, runs, setting_key, setting_labels\n\n"
@@ -24,7 +27,8 @@ CELLS = [
         "records = runs(trials)  # errored and pruned trials are not runs\n"
         "labels = setting_labels(trials)\n"
         "metric = board['entries'][0]['metric']\n"
-        "entries = plots.by_entry(board['entries'], records)  # (label, entry, its runs): each figure's unit\n\n"
+        "entries = plots.by_entry(board['entries'], records)  # (label, entry, its runs): each figure's unit\n"
+        "drawn, drawn_note = plots.figure_entries(entries, ENTRY_FIGURES)  # the entries a figure each draws\n\n"
         "def ci(block):  # x100; where the runs cannot bound it (e.g. all tied) it says so, never [b, b]\n"
         "    lo, hi = block.get('ci95') or (None, None)\n"
         "    if lo is None:\n"
@@ -100,7 +104,10 @@ CELLS = [
     new_markdown_cell(
         "## Score distribution\n\nOne panel per training size (sizes are never pooled), the settings "
         "side by side within it; red dots are failed runs. Every figure below is drawn per size "
-        "and setting (or faceted by size); a section the study's design has nothing for is one line."
+        "and setting (or faceted by size); a section the study's design has nothing for is one line. "
+        "A figure per entry (expected maximum, seed grid, variance components, curves) is drawn for "
+        "at most `ENTRY_FIGURES` entries (8 unless `suite report --entry-figures N` says otherwise; 0: "
+        "all): past it, for each size's best-ranked settings, and a line says so. The tables hold every entry."
     ),
     new_code_cell("plots.display(plots.distribution(records, metric))"),
     new_markdown_cell(
@@ -111,16 +118,15 @@ CELLS = [
         "curve stops at n = N."
     ),
     new_code_cell(
-        "plots.display([(label, plots.expected_max_curve(rs, metric, e['reported'], label)) for label, e, rs in entries])"
+        "if drawn_note:\n    print(drawn_note)\n"
+        "plots.display([(label, plots.expected_max_curve(rs, metric, e['reported'], label)) for label, e, rs in drawn])"
     ),
     new_markdown_cell(
         "## Learning rate x batch size\n\nOne grid per size (and per value of any other varying hyperparameter)."
     ),
     new_code_cell("plots.display(plots.lr_batch_heatmaps(records))"),
     new_markdown_cell("## Init seed x data-order seed\n\nPer entry, on a crossed seed design."),
-    new_code_cell(
-        "plots.display([(label, plots.init_order_heatmap(rs, label)) for label, e, rs in entries])"
-    ),
+    new_code_cell("plots.display([(label, plots.init_order_heatmap(rs, label)) for label, e, rs in drawn])"),
     new_markdown_cell(
         "## Variance components per setting\n\nRandom-effects components (init, order, subsample, "
         "interaction + residual) for the seed design the sweep ran, with MLS 95% intervals and "
@@ -129,7 +135,7 @@ CELLS = [
     ),
     new_code_cell(
         "plots.display([(label, plots.variance_components_bar(e['summary']['variance_components'], label))\n"
-        "               for label, e, rs in entries])"
+        "               for label, e, rs in drawn])"
     ),
     new_markdown_cell(
         "## Hyperparameter importance per size\n\nfANOVA across one size's settings, scaled to the "
@@ -150,14 +156,18 @@ CELLS = [
         "              or aggregates.get('note', 'one task: nothing to aggregate across tasks'))"
     ),
     new_markdown_cell("## Loss curves per size and setting"),
-    new_code_cell("plots.display(plots.loss_curves(records))"),
+    new_code_cell(
+        "if drawn_note:\n    print(drawn_note)\nplots.display(plots.loss_curves(records, plots.entry_keys(drawn)))"
+    ),
     new_markdown_cell(
         "## Dev curves per size and setting\n\nEach epoch's dev score, drawn from what each epoch evaluated: the "
         "task's curve sample (`curve_sample`: a fixed sample of the evaluation set, the same examples "
         "for every run; the title says which). Every statistic in this report uses the score on the "
         "whole evaluation set after the last epoch, not these points."
     ),
-    new_code_cell("plots.display(plots.dev_curves(records, metric))"),
+    new_code_cell(
+        "if drawn_note:\n    print(drawn_note)\nplots.display(plots.dev_curves(records, metric, plots.entry_keys(drawn)))"
+    ),
     new_markdown_cell(
         "## Reported vs observed\n\n**How to read a comparison.** A published number is compared "
         "only when it is *comparable*: same checkpoint, training size (none stated = the full "
@@ -189,6 +199,8 @@ CELLS = [
 
 
 def main() -> None:
+    for number, cell in enumerate(CELLS):  # stable ids: a regenerated template differs only where edited
+        cell.id = f"cell-{number:02d}"
     notebook = new_notebook(
         cells=CELLS,
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},

@@ -258,6 +258,8 @@ def test_report_executes_with_every_figure(finished_run: Path, capfd) -> None:  
 
 
 def test_a_leaderboard_is_current_while_its_runs_code_and_reference_are(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    from suite.outputs import board_inputs
+
     run = write_run(tmp_path / "run", grid=ONE_SETTING)
     out = tmp_path / "board.json"
     write_leaderboard([run], out)
@@ -265,7 +267,7 @@ def test_a_leaderboard_is_current_while_its_runs_code_and_reference_are(tmp_path
     assert len(inputs["runs"]) == 1 and inputs["reference"] is None and inputs["code"]
     assert leaderboard.current(out, [run]) and not leaderboard.current(out, [run], reference="bert")
     assert not leaderboard.current(out, [run, run])  # other sources
-    monkeypatch.setattr(leaderboard, "source_stamp", lambda root: "another checkout")
+    monkeypatch.setattr(board_inputs, "source_stamp", lambda root: "another checkout")
     assert not leaderboard.current(out, [run])
     monkeypatch.undo()
     with (run / "trials.jsonl").open("a") as trials:
@@ -289,8 +291,21 @@ def test_report_builds_the_leaderboard_only_when_it_is_not_current(tmp_path: Pat
     report.make_report(run)  # current: read as it is
     assert len(built) == 1 and (run / "report.html").is_file()
     (run / "run.json").write_text((run / "run.json").read_text() + " ")
-    report.make_report(run)  # its run.json changed: built again
+    report.make_report(run, entry_figures=3)  # its run.json changed: built again
     assert len(built) == 2
+    (parameters,) = [
+        c
+        for c in nbformat.read(run / "report.ipynb", as_version=4).cells
+        if c.get("metadata", {}).get("tags")
+    ]
+    assert parameters.source == f"RUN_DIR = {str(run.resolve())!r}\nENTRY_FIGURES = 3"
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "2.5"])
+def test_report_entry_figures_is_a_whole_number_or_one_line(tmp_path: Path, value: str, capsys) -> None:  # noqa: ANN001
+    assert main(["report", "--entry-figures", value, str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --entry-figures: expected a whole number of at least 0, got {value!r}\n"
 
 
 @pytest.mark.parametrize("error", ["timeout", "dead kernel", "no kernel"])

@@ -84,7 +84,9 @@ def two_size_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
-def _execute_template(run: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+def _execute_template(
+    run: Path, monkeypatch: pytest.MonkeyPatch, entry_figures: int | None = None
+) -> list[dict]:
     """Run the report template's code cells in this process (no kernel); return what each figure
     shows: its titles and, per axes, the y values it plots."""
     shown: list[dict] = []
@@ -106,8 +108,12 @@ def _execute_template(run: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     namespace: dict = {}
     for cell in nbformat.read(REPO / "analysis/variance_report.ipynb", as_version=4).cells:
         if cell.cell_type == "code":
-            parameters = "parameters" in cell.metadata.get("tags", [])
-            exec(f"RUN_DIR = {str(run)!r}" if parameters else cell.source, namespace)  # noqa: S102
+            exec(cell.source, namespace)  # noqa: S102
+            if "parameters" in cell.metadata.get("tags", []):  # as `suite report` fills it
+                namespace["RUN_DIR"] = str(run)
+                namespace["ENTRY_FIGURES"] = (
+                    namespace["ENTRY_FIGURES"] if entry_figures is None else entry_figures
+                )
     return shown
 
 
@@ -154,6 +160,38 @@ def test_a_two_size_report_draws_each_figure_per_size(
         assert sorted(line[0] for line in ax["lines"]) == pytest.approx(firsts)
 
 
+def test_past_its_limit_a_report_draws_each_sizes_best_ranked_entries_and_says_so(
+    two_size_run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    shown = _execute_template(two_size_run, monkeypatch, entry_figures=2)
+    board = json.loads((two_size_run / "leaderboard.json").read_text())
+    _, trials = load_run(two_size_run)
+    best = [label for label, e, _ in plots.by_entry(board["entries"], trials) if e["rank"] == 1]
+    assert len(best) == 2 and {_sizes_named(label).pop() for label in best} == {"100", "500"}
+    curves = [f["titles"][1] for f in shown if f["titles"][1].startswith("Expected maximum")]
+    assert curves == [f"Expected maximum performance: {label}" for label in best]
+    assert len([f for f in shown if "init seed x order seed" in f["titles"][1]]) == 2
+    (loss,) = [f for f in shown if f["titles"][0].startswith("Loss curves")]  # the study has no dev curves
+    assert [ax["title"] for ax in loss["axes"]] == best
+    (dist,) = [f for f in shown if f["titles"][0].startswith("Score per run")]  # not per entry: every run
+    assert sum(len(np.concatenate(ax["dots"])) for ax in dist["axes"]) == len(trials)
+    note = "figures for the best-ranked setting of each size (2 of 8 entries; every entry is in the tables"
+    assert capsys.readouterr().out.count(note) == 3  # expected max, loss and dev curves
+
+
+def test_figure_entries_keep_each_sizes_best_ranked() -> None:
+    entries = [
+        (f"size {size}, lr={k}", {"size": size, "rank": k + 1, "rank_group": {"size": size}}, [])
+        for size in (32, 64, 128) for k in range(5)
+    ]  # fmt: skip
+    drawn, note = plots.figure_entries(entries, 6)
+    assert [(e["size"], e["rank"]) for _, e, _ in drawn] == [(s, r) for s in (32, 64, 128) for r in (1, 2)]
+    assert note.startswith("figures for the 2 best-ranked settings of each size (6 of 15 entries;")
+    assert plots.figure_entries(entries, 15) == (entries, None) == plots.figure_entries(entries, 0)
+    drawn, note = plots.figure_entries(entries, 2)  # fewer than the sizes: each size's best still
+    assert [e["rank"] for _, e, _ in drawn] == [1, 1, 1] and "setting of each size (3 of 15 entries" in note
+
+
 def test_figures_of_one_entry_refuse_pooled_records(two_size_run: Path) -> None:
     _, trials = load_run(two_size_run)
     with pytest.raises(ValueError, match="pass one entry's records"):
@@ -189,7 +227,16 @@ def test_lr_batch_heatmaps_never_pool_epochs(tmp_path: Path) -> None:
         records += [{**r, "hparams": {**r["hparams"], "epochs": epochs}} for r in trials]
     heatmaps = plots.lr_batch_heatmaps(records)
     assert [label for label, _ in heatmaps] == ["size 500, epochs=2", "size 500, epochs=3"]
-    for _, fig in heatmaps:
+    for (_, fig), epochs in zip(heatmaps, (2, 3), strict=True):
+        median, iqr = fig.axes[0], fig.axes[2]  # each heatmap's colour bar is an axes of its own
+        for ax, statistic in ((median, np.median), (iqr, lambda x: np.subtract(*np.percentile(x, [75, 25])))):
+            lrs = [float(t.get_text()) for t in ax.get_yticklabels()]
+            batches = [int(t.get_text()) for t in ax.get_xticklabels()]
+            cells = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}
+            for (row, lr), (column, batch) in itertools.product(enumerate(lrs), enumerate(batches)):
+                scores = [100 * r["score"] for r in records if r["hparams"] == {"lr": lr, "batch_size": batch,
+                          "epochs": epochs} and r.get("score") is not None]  # fmt: skip
+                assert cells[(row, column)] == f"{statistic(scores):.1f}"
         plt.close(fig)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from suite.config.request import Request
-from suite.errors import SuiteError, report
+from suite.errors import SpecError, SuiteError, report
 
 if TYPE_CHECKING:  # for the annotation only: each command is imported when it runs
     from suite.commands.launch import Launch
@@ -146,6 +146,14 @@ def _add_common_args(p: argparse.ArgumentParser, threads: bool = True) -> None:
     )
 
 
+def _count(flag: str, text: str) -> int:
+    """A whole number of at least 0, or one line naming the flag (exit 2, before any work)."""
+    value = int(text) if text.strip().isdigit() else -1
+    if value < 0:
+        raise SpecError(f"{flag}: expected a whole number of at least 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="suite", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -191,6 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("path")
     report = sub.add_parser("report", help="execute the variance report notebook (.ipynb + .html)")
     report.add_argument("run", help="a run folder (runs/<task>/<model>)")
+    report.add_argument(
+        "--entry-figures",
+        metavar="N",
+        help="draw a figure per entry for at most N entries, past it each size's best-ranked; every "
+        "entry stays in the tables (default 8; 0: every entry)",
+    )
     site = sub.add_parser("site", help="a static, self-contained leaderboard page (site/index.html)")
     site.add_argument(
         "leaderboards", nargs="+", help="leaderboard JSON files or run folders (runs/<task>/<model>)"
@@ -319,9 +333,13 @@ def main(argv: list[str] | None = None, restartable: bool = False) -> int:
             doc = read_leaderboard(args.path)
             print(f"{args.path}: valid (schema v{doc['schema_version']}, {len(doc['entries'])} entries)")
         elif args.command == "report":
+            from suite.outputs.entries import ENTRY_FIGURES
             from suite.outputs.report import make_report
 
-            notebook, page = make_report(Path(args.run))
+            figures = (
+                ENTRY_FIGURES if args.entry_figures is None else _count("--entry-figures", args.entry_figures)
+            )
+            notebook, page = make_report(Path(args.run), entry_figures=figures)
             print(f"wrote {notebook} and {page}")
         elif args.command == "compare":
             from suite.commands.compare import compare_runs

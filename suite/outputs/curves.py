@@ -6,7 +6,7 @@ Re-exported by suite/outputs/plots.py, which the notebook calls."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -36,15 +36,26 @@ def shown(own: list[dict[str, Any]], limit: int = CURVES_SHOWN) -> list[dict[str
 
 
 def _per_setting(
-    with_curves: Records, curve: Any, xlabel: str, ylabel: str, title: str, marks: bool = False
-) -> plt.Figure:
+    with_curves: Records,
+    curve: Any,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    marks: bool = False,
+    only: Collection[tuple[str, str]] | None = None,
+) -> Result:
     """One panel per (size, setting), sizes in order, four to a row: each panel draws its own
     runs only (`curve(record)`: its (x, y) points, or None), so recipes are never mixed in one
-    panel."""
+    panel. `only`: the (size, setting key) pairs to draw (the report's drawn entries), named as
+    among all the records."""
     labels = setting_labels(with_curves)
     units: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in sorted(with_curves, key=lambda r: size_order(r["size"])):
-        units.setdefault((str(r["size"]), labels[setting_key(r["hparams"])]), []).append(r)
+        key = setting_key(r["hparams"])
+        if only is None or (str(r["size"]), key) in only:
+            units.setdefault((str(r["size"]), labels[key]), []).append(r)
+    if not units:
+        return "none of the entries drawn recorded these curves"
     columns = min(4, len(units))
     rows = -(-len(units) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.5 * rows + 0.5), squeeze=False)
@@ -109,8 +120,9 @@ def _trailing_mean(values: list[float], window: int) -> np.ndarray:
         return (total[k] - total[start]) / (seen[k] - seen[start])
 
 
-def loss_curves(records: Records) -> Result:
-    """Training loss per run, one panel per (size, setting): failed (red) vs successful (blue)."""
+def loss_curves(records: Records, only: Collection[tuple[str, str]] | None = None) -> Result:
+    """Training loss per run, one panel per (size, setting) (of `only`, where given): failed (red)
+    vs successful (blue)."""
     with_curves = [r for r in runs(records) if r.get("loss_curve")]
     if not with_curves:
         return "no loss curves recorded"
@@ -120,7 +132,7 @@ def loss_curves(records: Records) -> Result:
         return np.column_stack([np.arange(len(smooth)), smooth])
 
     title = "Loss curves per setting: failed (red) vs successful (blue)"
-    return _per_setting(with_curves, curve, "step", "training loss (smoothed)", title)
+    return _per_setting(with_curves, curve, "step", "training loss (smoothed)", title, only=only)
 
 
 def curve_set(records: Records) -> str:
@@ -137,10 +149,10 @@ def curve_set(records: Records) -> str:
     return "each epoch on the curve sample or the whole dev set (records differ)"
 
 
-def dev_curves(records: Records, metric: str) -> Result:
-    """Dev score per epoch per run, one panel per (size, setting): failed (red) vs successful
-    (blue), on what the records say each epoch evaluated (the curve sample); the scores every
-    statistic uses are the whole set's, after the last epoch."""
+def dev_curves(records: Records, metric: str, only: Collection[tuple[str, str]] | None = None) -> Result:
+    """Dev score per epoch per run, one panel per (size, setting) (of `only`, where given): failed
+    (red) vs successful (blue), on what the records say each epoch evaluated (the curve sample);
+    the scores every statistic uses are the whole set's, after the last epoch."""
     with_curves = [r for r in runs(records) if r.get("epochs")]
     if not with_curves:
         return "no dev curves recorded"
@@ -150,4 +162,4 @@ def dev_curves(records: Records, metric: str) -> Result:
         return np.array(points, dtype=float) if points else None
 
     title = f"Dev curves per setting, {curve_set(with_curves)}: failed (red) vs successful (blue)"
-    return _per_setting(with_curves, curve, "epoch", f"dev {metric} (x100)", title, marks=True)
+    return _per_setting(with_curves, curve, "epoch", f"dev {metric} (x100)", title, marks=True, only=only)

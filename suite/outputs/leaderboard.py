@@ -24,8 +24,9 @@ import jsonschema
 from suite import __version__
 from suite.config.task import higher_is_better, size_order
 from suite.errors import SuiteError
-from suite.identity import SUITE, source_stamp, version
-from suite.provenance import file_sha256, git_commit
+from suite.identity import version
+from suite.outputs.board_inputs import current, inputs  # noqa: F401 (leaderboard.current)
+from suite.provenance import git_commit
 from suite.stats.compare import (
     RANK_FIELDS,
     data_digest,
@@ -342,35 +343,6 @@ def write_leaderboard(sources: list[str | Path], out: Path, reference: str | Non
     validate(document, str(out))
     write_atomic(Path(out), dumps(document))
     return document
-
-
-NUMERICAL = ("numpy", "scipy", "scikit-learn", "optuna")  # the statistics' libraries
-
-
-def inputs(sources: list[str | Path], reference: str | None = None) -> dict[str, Any]:
-    """What a leaderboard's numbers are made from: each run folder's run.json and trials.jsonl
-    (sha256, in the order given), the cross-task reference, the suite's code as this process
-    has it (`source_stamp`: any edit, or another checkout, is another stamp; the schema is among
-    the package's files only as read by that code) and the numerical libraries' versions."""
-    files = ("run.json", "trials.jsonl")
-    return {
-        "runs": [{name: file_sha256(Path(source) / name) for name in files} for source in sources],
-        "reference": reference,
-        "code": source_stamp(SUITE),
-        "libraries": {name: version(name) for name in NUMERICAL},
-    }
-
-
-def current(out: Path, sources: list[str | Path], reference: str | None = None) -> bool:
-    """Whether `out` is a leaderboard this code would write from these run folders now: its
-    `provenance.inputs` are theirs (what `report` checks before building one again: at 10,000
-    trials the statistics take most of its time, and `run` has just written them)."""
-    try:
-        found = json.loads(Path(out).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    made_from = (found.get("provenance") or {}).get("inputs") if isinstance(found, dict) else None
-    return made_from == inputs(sources, reference)
 
 
 def dumps(document: dict[str, Any]) -> str:

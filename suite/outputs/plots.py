@@ -10,7 +10,6 @@ reason once, so a section that does not apply is one line of text, not an empty 
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -20,9 +19,11 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.text import Text
+from seaborn.utils import relative_luminance
 
+from suite.config.task import size_order
 from suite.outputs.curves import curve_set, dev_curves, loss_curves  # noqa: F401 (the report calls plots.*)
-from suite.outputs.leaderboard import size_order
+from suite.outputs.entries import ENTRY_FIGURES, by_entry, entry_keys, entry_label, figure_entries  # noqa: F401
 from suite.stats.estimates import expected_max
 from suite.study.records import runs, setting_key, setting_labels
 
@@ -81,23 +82,6 @@ def frame(records: Records) -> pd.DataFrame:
 def sizes(records: Records) -> list[Any]:
     """The sizes of the records, in numeric order (`full` last)."""
     return sorted({r["size"] for r in records}, key=size_order)
-
-
-def entry_label(entry: dict[str, Any], labels: dict[str, str]) -> str:
-    """`size 500, lr=2e-05`: a leaderboard entry as the report names it (labels from
-    `records.setting_labels`)."""
-    return f"size {entry['size']}, {labels.get(setting_key(entry['setting']), '')}".rstrip(", ")
-
-
-def by_entry(entries: Sequence[dict[str, Any]], records: Records) -> list[tuple[str, dict[str, Any], list]]:
-    """(label, entry, the entry's runs) per leaderboard entry: each figure's unit."""
-    grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in runs(records):
-        grouped[(str(r["size"]), setting_key(r["hparams"]))].append(r)
-    labels = setting_labels([{"hparams": e["setting"]} for e in entries])  # an entry without runs too
-    return [
-        (entry_label(e, labels), e, grouped[(str(e["size"]), setting_key(e["setting"]))]) for e in entries
-    ]
 
 
 def _one_entry(records: Records) -> None:
@@ -228,12 +212,18 @@ def grid_groups(records: Records) -> dict[str, list[dict[str, Any]]]:
     group differ in lr and batch size only, so one heatmap never pools sizes or epochs."""
     scored = runs(records)
     keys = sorted({k for r in scored for k in r["hparams"]} - {"lr", "batch_size"})
-    varying = [k for k in keys if len({json.dumps(r["hparams"].get(k)) for r in scored}) > 1]
+    varying = [k for k in keys if _varies([r["hparams"].get(k) for r in scored])]
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in sorted(scored, key=lambda r: size_order(r["size"])):
         rest = " ".join(f"{k}={r['hparams'].get(k)}" for k in varying)
         groups[f"size {r['size']}" + (f", {rest}" if rest else "")].append(r)
     return dict(groups)
+
+
+def _varies(values: list[Any]) -> bool:
+    """Whether the values are not all one value (1 and 1.0, or 1 and True, are two)."""
+    first = values[0] if values else None
+    return any(type(v) is not type(first) or v != first for v in values)
 
 
 def lr_batch_heatmaps(records: Records) -> list[tuple[str, Result]] | str:
@@ -244,20 +234,37 @@ def lr_batch_heatmaps(records: Records) -> list[tuple[str, Result]] | str:
         df = frame(group).dropna(subset=["score"])
         if df["lr"].nunique() < 2 and df["batch_size"].nunique() < 2:
             continue
+        cells = df.groupby(["lr", "batch_size"])["score"]
+        tables = {"median": cells.median(), "IQR": cells.quantile(0.75) - cells.quantile(0.25)}
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for ax, (name, fn) in zip(axes, (("median", np.median), ("IQR", _iqr)), strict=True):
-            table = df.pivot_table(index="lr", columns="batch_size", values="score", aggfunc=fn)
-            sns.heatmap(table, annot=True, fmt=".1f", cmap="viridis", ax=ax)
+        for ax, (name, table) in zip(axes, tables.items(), strict=True):
+            _heatmap(ax, table.unstack("batch_size"), annotate=True)
             ax.set(title=f"{name} score by lr x batch size")
         fig.suptitle(label)
-        fig.tight_layout()
+        # set, not measured: tight_layout draws every label of the figure to find this spacing
+        fig.subplots_adjust(left=0.1, right=0.98, bottom=0.13, top=0.84, wspace=0.35)
         out.append((label, fig))
     return out or "one learning rate and batch size per size (and epochs): no lr x batch grid in this study"
 
 
-def _iqr(x: pd.Series) -> float:
-    q1, q3 = np.percentile(x, [25, 75])
-    return float(q3 - q1)
+def _heatmap(ax: plt.Axes, table: pd.DataFrame, annotate: bool) -> None:
+    """A table as coloured cells (viridis, with a colour bar), each annotated to one decimal:
+    seaborn's heatmap, drawn by hand because seaborn draws the whole figure inside each call (to
+    turn overlapping tick labels), most of this section's time at 4 sizes."""
+    values = table.to_numpy(dtype=float)
+    image = ax.imshow(values, cmap="viridis", aspect="auto", interpolation="nearest")
+    ax.figure.colorbar(image, ax=ax)
+    ax.set(xticks=range(values.shape[1]), yticks=range(values.shape[0]))
+    ax.set_xticklabels([str(c) for c in table.columns])
+    ax.set_yticklabels([str(i) for i in table.index])
+    ax.set(xlabel=table.columns.name, ylabel=table.index.name)
+    ax.grid(False)
+    if not annotate:
+        return
+    for (row, column), value in np.ndenumerate(values):
+        if np.isfinite(value):  # dark text on light cells, as seaborn chooses it
+            light = relative_luminance(image.to_rgba(value)) > 0.408
+            ax.text(column, row, f"{value:.1f}", ha="center", va="center", color="0.15" if light else "w")
 
 
 def init_order_heatmap(records: Records, title: str = "") -> Result:
@@ -272,7 +279,7 @@ def init_order_heatmap(records: Records, title: str = "") -> Result:
         return "seeds drawn independently: no init x order grid (a crossed seed design draws one)"
     table = df.pivot_table(index="init_seed", columns="order_seed", values="score", aggfunc="mean")
     fig, ax = plt.subplots(figsize=(6, 5))
-    sns.heatmap(table, annot=table.shape[0] <= 8, fmt=".1f", cmap="viridis", ax=ax)
+    _heatmap(ax, table, annotate=table.shape[0] <= 8)
     ax.set(title="Score by init seed x order seed" + (f"\n{title}" if title else ""))
     fig.tight_layout()
     return fig

@@ -9,16 +9,21 @@ from typing import Any
 
 from suite.config.resources import shipped_dir
 from suite.errors import SuiteError
+from suite.outputs.entries import ENTRY_FIGURES
 
 TEMPLATE = shipped_dir("analysis") / "variance_report.ipynb"  # shipped inside the wheel too
 
 
-def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) -> tuple[Path, Path]:
+def make_report(
+    run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600, entry_figures: int = ENTRY_FIGURES
+) -> tuple[Path, Path]:
+    """Execute the report over `run_dir`: a figure per entry for at most `entry_figures` entries
+    (0: all; past it each size's best-ranked, suite.outputs.entries), every entry in the tables."""
     import nbformat
     from jupyter_client.kernelspec import NoSuchKernel
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
-    from suite.outputs.leaderboard import current, write_leaderboard
+    from suite.outputs.board_inputs import current
 
     run_dir = Path(run_dir).resolve()
     if not (run_dir / "trials.jsonl").is_file():
@@ -27,12 +32,14 @@ def make_report(run_dir: Path, template: Path = TEMPLATE, timeout_s: int = 600) 
         raise SuiteError(f"{template}: report template not found")
     board = run_dir / "leaderboard.json"
     if not current(board, [run_dir]):  # as `run` wrote it from these trials with this code, or anew
+        from suite.outputs.leaderboard import write_leaderboard
+
         write_leaderboard([run_dir], board)
 
     notebook = nbformat.read(template, as_version=4)
     for cell in notebook.cells:  # papermill-style: the `parameters` cell gets the run folder
         if "parameters" in cell.get("metadata", {}).get("tags", []):
-            cell.source = f"RUN_DIR = {str(run_dir)!r}"
+            cell.source = f"RUN_DIR = {str(run_dir)!r}\nENTRY_FIGURES = {int(entry_figures)}"
     try:
         _execute(notebook, run_dir, timeout_s)
     except CellExecutionError as err:
