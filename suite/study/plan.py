@@ -27,6 +27,7 @@ from suite.errors import SuiteError
 from suite.study.records import WHOLE_SET, final_records, outcome, repeated_runs, run_key
 from suite.study.repeated_errors import PLAN_EPOCH_ATTR, plan_epoch
 from suite.study.storage import open_storage
+from suite.study.stored_records import rdb_records
 from suite.training.trial_plan import Seeds, TrialPlan  # plain dataclasses: no torch, no Lightning
 
 
@@ -219,7 +220,11 @@ def note_repeated_runs(study: optuna.Study) -> str | None:
 
 
 def study_records(study: optuna.Study) -> list[dict[str, Any]]:
-    """Every ended trial's record (every attempt), in trial order."""
+    """Every ended trial's record (every attempt), in trial order: from an RDB storage's tables
+    in one query (`stored_records`), else from the study's trials."""
+    found = rdb_records(study)
+    if found is not None:
+        return found
     return [r for t in study.get_trials(deepcopy=False) if (r := _record(t)) is not None]
 
 
