@@ -50,7 +50,7 @@ def test_drawn_splits_are_fewer_only_for_a_large_pool_and_the_same_in_any_chunks
     p = exact.permutation_p(x, y, exact.median_shift, resamples=3_000)
     monkeypatch.setattr(exact, "_CELLS", 100)  # many small chunks of splits: one stream, the same draws
     assert exact.permutation_p(x, y, exact.median_shift, resamples=3_000) == p
-    monkeypatch.setattr(exact, "_CACHED_CELLS", 0)  # drawn chunk by chunk, not kept: the same draws
+    monkeypatch.setattr(exact, "_CACHED_LARGE", 0)  # drawn chunk by chunk, not kept: the same draws
     assert exact.permutation_p(x, y, exact.median_shift, resamples=3_000) == p
     assert exact.smallest_p(x, y, exact.median_shift, resamples=3_000) == pytest.approx(2 / 3_001)
 
