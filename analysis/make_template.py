@@ -8,13 +8,15 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from suite.outputs.entries import ENTRY_FIGURES
+
 CELLS = [
     new_markdown_cell(
         "# Variance report\n\nOne study's runs: how far the dev score moves with the seeds "
         "and hyperparameters, how often a run fails, and where published numbers fall."
     ),
     new_code_cell(
-        'RUN_DIR = "."\nENTRY_FIGURES = 8  # per-entry figures: each size\'s best-ranked (0: every entry)',
+        f'RUN_DIR = "."\nENTRY_FIGURES = {ENTRY_FIGURES}  # per-entry figures: each size\'s best-ranked (0: every entry)',
         metadata={"tags": ["parameters"]},
     ),
     new_code_cell(
@@ -118,15 +120,17 @@ CELLS = [
         "curve stops at n = N."
     ),
     new_code_cell(
-        "if drawn_note:\n    print(drawn_note)\n"
-        "plots.display([(label, plots.expected_max_curve(rs, metric, e['reported'], label)) for label, e, rs in drawn])"
+        "plots.display([(label, plots.expected_max_curve(rs, metric, e['reported'], label)) for label, e, rs in drawn],\n"
+        "              drawn_note)  # drawn_note: which entries, where not all"
     ),
     new_markdown_cell(
         "## Learning rate x batch size\n\nOne grid per size (and per value of any other varying hyperparameter)."
     ),
     new_code_cell("plots.display(plots.lr_batch_heatmaps(records))"),
     new_markdown_cell("## Init seed x data-order seed\n\nPer entry, on a crossed seed design."),
-    new_code_cell("plots.display([(label, plots.init_order_heatmap(rs, label)) for label, e, rs in drawn])"),
+    new_code_cell(
+        "plots.display([(label, plots.init_order_heatmap(rs, label)) for label, e, rs in drawn], drawn_note)"
+    ),
     new_markdown_cell(
         "## Variance components per setting\n\nRandom-effects components (init, order, subsample, "
         "interaction + residual) for the seed design the sweep ran, with MLS 95% intervals and "
@@ -135,7 +139,7 @@ CELLS = [
     ),
     new_code_cell(
         "plots.display([(label, plots.variance_components_bar(e['summary']['variance_components'], label))\n"
-        "               for label, e, rs in drawn])"
+        "               for label, e, rs in drawn], drawn_note)"
     ),
     new_markdown_cell(
         "## Hyperparameter importance per size\n\nfANOVA across one size's settings, scaled to the "
@@ -156,18 +160,14 @@ CELLS = [
         "              or aggregates.get('note', 'one task: nothing to aggregate across tasks'))"
     ),
     new_markdown_cell("## Loss curves per size and setting"),
-    new_code_cell(
-        "if drawn_note:\n    print(drawn_note)\nplots.display(plots.loss_curves(records, plots.entry_keys(drawn)))"
-    ),
+    new_code_cell("plots.display(plots.loss_curves(records, plots.entry_keys(drawn)), drawn_note)"),
     new_markdown_cell(
         "## Dev curves per size and setting\n\nEach epoch's dev score, drawn from what each epoch evaluated: the "
         "task's curve sample (`curve_sample`: a fixed sample of the evaluation set, the same examples "
         "for every run; the title says which). Every statistic in this report uses the score on the "
         "whole evaluation set after the last epoch, not these points."
     ),
-    new_code_cell(
-        "if drawn_note:\n    print(drawn_note)\nplots.display(plots.dev_curves(records, metric, plots.entry_keys(drawn)))"
-    ),
+    new_code_cell("plots.display(plots.dev_curves(records, metric, plots.entry_keys(drawn)), drawn_note)"),
     new_markdown_cell(
         "## Reported vs observed\n\n**How to read a comparison.** A published number is compared "
         "only when it is *comparable*: same checkpoint, training size (none stated = the full "

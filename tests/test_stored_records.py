@@ -39,6 +39,7 @@ def _fill(study: optuna.Study) -> list[dict]:
     study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={"record": errored}))
     study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={"record": killed}))
     study.add_trial(create_trial(state=TrialState.FAIL, user_attrs={"key": "no record"}))
+    study.add_trial(create_trial(state=TrialState.COMPLETE, value=0.2, user_attrs={"record": None}))
     study.add_trial(create_trial(state=TrialState.COMPLETE, value=0.1, user_attrs={"key": "no record"}))
     study.enqueue_trial({}, user_attrs={"key": "queued"})
     running = study.ask()  # the queued trial, now running, its record already written

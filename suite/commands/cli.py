@@ -148,7 +148,7 @@ def _add_common_args(p: argparse.ArgumentParser, threads: bool = True) -> None:
 
 def _count(flag: str, text: str) -> int:
     """A whole number of at least 0, or one line naming the flag (exit 2, before any work)."""
-    value = int(text) if text.strip().isdigit() else -1
+    value = int(text) if text.isascii() and text.strip().isdigit() else -1
     if value < 0:
         raise SpecError(f"{flag}: expected a whole number of at least 0, got {text!r}")
     return value

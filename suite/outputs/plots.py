@@ -11,6 +11,7 @@ reason once, so a section that does not apply is one line of text, not an empty 
 from __future__ import annotations
 
 import io
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -19,12 +20,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from matplotlib.text import Text
 from seaborn.utils import relative_luminance
 
 from suite.config.task import size_order
 from suite.outputs.curves import curve_set, dev_curves, loss_curves  # noqa: F401 (the report calls plots.*)
 from suite.outputs.entries import ENTRY_FIGURES, by_entry, entry_keys, entry_label, figure_entries  # noqa: F401
+from suite.outputs.margin_labels import reported_lines, spread  # noqa: F401 (tests: plots.spread)
 from suite.stats.estimates import expected_max
 from suite.study.records import runs, setting_key, setting_labels
 
@@ -36,9 +37,10 @@ FRAME_COLUMNS = ["score", "failed", "size", "setting", "lr", "batch_size", "epoc
 
 
 def show(fig: plt.Figure) -> None:
-    """Display a figure once in a notebook (and free it) as it is laid out: each figure sets its
-    own margins, so the inline backend's `bbox_inches="tight"`, a measuring draw before the
-    drawing (a third of a large report's drawing time), would crop nothing."""
+    """Display a figure once in a notebook (and free it) as it is laid out: every figure here sets
+    its own margins (`tight_layout` or fixed ones), so the inline backend's
+    `bbox_inches="tight"`, a measuring draw before the drawing (a third of a large report's
+    drawing time), is not needed."""
     from IPython.display import Image
     from IPython.display import display as ipython_display
 
@@ -48,10 +50,13 @@ def show(fig: plt.Figure) -> None:
     ipython_display(Image(data=png.getvalue(), format="png"))
 
 
-def display(results: Result | Sequence[tuple[str, Result]]) -> None:
+def display(results: Result | Sequence[tuple[str, Result]], note: str | None = None) -> None:
     """Show each figure; print each reason once, naming the entries it applies to unless it
-    applies to all of them."""
+    applies to all of them. `note`, a line printed first where a figure is shown (which entries
+    the figures are of)."""
     items = [("", results)] if isinstance(results, plt.Figure | str) else list(results)
+    if note and any(not isinstance(result, str) for _, result in items):
+        print(note)
     reasons: dict[str, list[str]] = defaultdict(list)
     for label, result in items:
         if isinstance(result, str):
@@ -158,7 +163,7 @@ def expected_max_curve(records: Records, metric: str, reported: Records = (), ti
     ax.set(xlabel="n (runs / trials)", ylabel=f"dev {metric} (x100)", title=heading)
     ax.legend(loc="lower right")
     fig.subplots_adjust(left=0.09, right=0.6, bottom=0.13, top=0.9)  # the right margin holds the labels
-    _reported_lines(fig, ax, shown)
+    reported_lines(fig, ax, shown)
     return fig
 
 
@@ -169,55 +174,6 @@ def curve_points(n: int, every: int = 100, beyond: int = 60) -> list[int]:
     if n <= every:
         return list(range(1, n + 1))
     return sorted({*range(1, every + 1), *np.geomspace(every, n, beyond).round().astype(int).tolist(), n})
-
-
-LABEL_X = 1.1  # labels start here (axes fraction); connectors fill the gap, never crossing a label
-
-
-def _reported_lines(fig: plt.Figure, ax: plt.Axes, reported: Records) -> None:
-    if not reported:
-        return
-    colours = plt.cm.tab10(np.linspace(0, 1, 10))
-    low, high = ax.get_ylim()
-    values = [float(r["value"]) for r in reported]
-    ax.set_ylim(min(low, *values) - 0.5, max(high, *values) + 0.5)
-    texts = []
-    for i, rep in enumerate(sorted(reported, key=lambda r: r["value"])):
-        colour = colours[(i + 3) % 10]
-        ax.axhline(rep["value"], ls="--", lw=1, color=colour)
-        k = rep.get("n_runs") or "?"
-        label = f"{rep['model']}: {rep['value']:.1f} ({rep['statistic']}, k={k})"
-        texts.append(
-            ax.annotate(
-                label,
-                xy=(1.0, rep["value"]),
-                xycoords=("axes fraction", "data"),
-                xytext=(LABEL_X, rep["value"]),
-                textcoords=("axes fraction", "data"),
-                va="center",
-                fontsize=8,
-                color=colour,
-                annotation_clip=False,
-                arrowprops={"arrowstyle": "-", "color": colour, "lw": 0.8, "relpos": (0, 0.5)},
-            )  # fmt: skip
-        )
-    # Spread the labels in data units: one text height (plus a little) apart, in value order.
-    renderer = fig.canvas.get_renderer()
-    # The text's own box (an Annotation's extent also holds its connector line).
-    height = max(Text.get_window_extent(t, renderer).height for t in texts) * 1.25
-    to_data = ax.transData.inverted()
-    gap = to_data.transform((0, height))[1] - to_data.transform((0, 0))[1]
-    for text, y in zip(texts, spread([t.xyann[1] for t in texts], gap), strict=True):
-        text.xyann = (LABEL_X, y)
-
-
-def spread(positions: Sequence[float], gap: float) -> list[float]:
-    """Sorted positions moved apart to at least `gap` each, keeping their order and their mean."""
-    moved = list(positions)
-    for i in range(1, len(moved)):
-        moved[i] = max(moved[i], moved[i - 1] + gap)
-    shift = float(np.mean(positions) - np.mean(moved))  # centre the stack on the values
-    return [y + shift for y in moved]
 
 
 def grid_groups(records: Records) -> dict[str, list[dict[str, Any]]]:
@@ -234,9 +190,11 @@ def grid_groups(records: Records) -> dict[str, list[dict[str, Any]]]:
 
 
 def _varies(values: list[Any]) -> bool:
-    """Whether the values are not all one value (1 and 1.0, or 1 and True, are two)."""
-    first = values[0] if values else None
-    return any(type(v) is not type(first) or v != first for v in values)
+    """Whether the values are not all one value, as their JSON tells (1 and 1.0, or 1 and true,
+    are two; NaN is one): plain strings, integers, booleans and None compared as they are, 10,000
+    JSON encodings a hyperparameter being a tenth of a large report's heatmaps."""
+    plain = (str, int, bool, type(None))
+    return len({(type(v), v) if type(v) in plain else json.dumps(v) for v in values}) > 1
 
 
 def lr_batch_heatmaps(records: Records) -> list[tuple[str, Result]] | str:
@@ -248,7 +206,7 @@ def lr_batch_heatmaps(records: Records) -> list[tuple[str, Result]] | str:
         if df["lr"].nunique() < 2 and df["batch_size"].nunique() < 2:
             continue
         cells = df.groupby(["lr", "batch_size"])["score"]
-        tables = {"median": cells.median(), "IQR": cells.quantile(0.75) - cells.quantile(0.25)}
+        tables = {"median": cells.median(), "IQR": cells.agg(_iqr)}
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         for ax, (name, table) in zip(axes, tables.items(), strict=True):
             _heatmap(ax, table.unstack("batch_size"), annotate=True)
@@ -278,6 +236,11 @@ def _heatmap(ax: plt.Axes, table: pd.DataFrame, annotate: bool) -> None:
         if np.isfinite(value):  # dark text on light cells, as seaborn chooses it
             light = relative_luminance(image.to_rgba(value)) > 0.408
             ax.text(column, row, f"{value:.1f}", ha="center", va="center", color="0.15" if light else "w")
+
+
+def _iqr(x: pd.Series) -> float:
+    q1, q3 = np.percentile(x, [25, 75])
+    return float(q3 - q1)
 
 
 def init_order_heatmap(records: Records, title: str = "") -> Result:
@@ -376,6 +339,7 @@ def performance_profile(aggregate: dict[str, Any] | None, title: str = "") -> Re
     ax.set(xlabel="normalised score (0: constant prediction, 1: reference)", ylabel="share of runs above")
     ax.set_title(title or "performance profile")
     ax.legend()
+    fig.tight_layout()
     return fig
 
 

@@ -46,7 +46,10 @@ def rdb_records(study: optuna.Study) -> list[dict[str, Any]] | None:
     finally:
         if enabled:
             gc.enable()
-    return [r for state, r in records if _state(state) != "FAIL" or outcome(r) == "errored"]
+    # as `plan._record` keeps them: a record (not null) of a run, or an errored one of a FAIL
+    return [
+        r for state, r in records if r is not None and (_state(state) != "FAIL" or outcome(r) == "errored")
+    ]
 
 
 def _state(stored: Any) -> str:

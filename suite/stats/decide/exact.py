@@ -30,10 +30,8 @@ _CELLS = 4_000_000  # elements per chunk of permuted copies
 # two minutes, where runs this many already decide to a hair.
 _DRAWN_CELLS = 20_000_000
 _FEWEST_DRAWN = 1_000
-# Drawn splits of up to this many pooled values are kept: 16 pool sizes of up to 5 million
-# (10 MB each as int16), 2 of up to 20 million (40 MB). Why the larger: past 5 million each test
-# of each block drew its own (an argsort of 8,000 x 2,500 numbers, 240 times in a 100,000-trial
-# grid compare), where the blocks share one pool size and so the same splits.
+# Drawn splits of up to this many pooled values are kept (16 pool sizes), and of up to
+# _CACHED_LARGE (2): a block's three tests then draw once, where each drew its own.
 _CACHED_CELLS = 5_000_000
 _CACHED_LARGE = _DRAWN_CELLS
 
@@ -72,21 +70,17 @@ def _index_type(runs: int) -> type:
     return np.int16 if runs < 2**15 else np.int32
 
 
+@lru_cache(maxsize=16)
 def _drawn(runs: int, total: int, seed: int) -> np.ndarray:
     """All `total` drawn splits of `runs` pooled runs, kept (10 MB at 250 runs): a block's three
     tests, and every block of as many runs in all, take the same splits, and drawing them (an
     argsort of 20,000 x 250 numbers) was most of a test's time."""
-    return (_drawn_few if total * runs <= _CACHED_CELLS else _drawn_many)(runs, total, seed)
-
-
-def _kept_draw(runs: int, total: int, seed: int) -> np.ndarray:
     orders = _draw(np.random.default_rng(seed), total, runs)
     orders.flags.writeable = False
     return orders
 
 
-_drawn_few = lru_cache(maxsize=16)(_kept_draw)
-_drawn_many = lru_cache(maxsize=2)(_kept_draw)
+_drawn_large = lru_cache(maxsize=2)(_drawn.__wrapped__)  # past _CACHED_CELLS: 2 of up to 40 MB
 
 
 def _splits(m: int, n: int, resamples: int, seed: int) -> tuple[int, Callable, bool, tuple | None]:
@@ -101,7 +95,7 @@ def _splits(m: int, n: int, resamples: int, seed: int) -> tuple[int, Callable, b
         every = _every(m, n)
         return len(every), lambda start, stop: every[start:stop], True, ("every", m, n)
     if total * (m + n) <= _CACHED_LARGE:
-        kept = _drawn(m + n, total, seed)
+        kept = (_drawn if total * (m + n) <= _CACHED_CELLS else _drawn_large)(m + n, total, seed)
         return total, lambda start, stop: kept[start:stop], False, ("drawn", m + n, total, seed)
     rng = np.random.default_rng(seed)
     made = [0]  # splits drawn so far: the stream moves forward only
