@@ -27,7 +27,7 @@ from suite.errors import SuiteError
 from suite.study.records import WHOLE_SET, final_records, outcome, repeated_runs, run_key
 from suite.study.repeated_errors import PLAN_EPOCH_ATTR, plan_epoch
 from suite.study.storage import open_storage
-from suite.study.stored_records import rdb_records
+from suite.study.stored_records import ended_record, rdb_records
 from suite.training.trial_plan import Seeds, TrialPlan  # plain dataclasses: no torch, no Lightning
 
 
@@ -138,17 +138,8 @@ def retry_attrs(trial: optuna.trial.FrozenTrial | optuna.Trial, attempt: int) ->
 
 
 def _record(trial: optuna.trial.FrozenTrial) -> dict[str, Any] | None:
-    """The trial's record if it ended: a run or pruned trial is COMPLETE/PRUNED; an errored one
-    is FAIL with its record. A FAIL without an errored record is a worker killed mid-trial
-    (its record, if any, was written before the kill and is not trusted)."""
-    record = trial.user_attrs.get("record")
-    if record is None:
-        return None
-    if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
-        return record
-    if trial.state == TrialState.FAIL and outcome(record) == "errored":
-        return record
-    return None
+    """The trial's record if it ended (`stored_records.ended_record`)."""
+    return ended_record(trial.state.name, trial.user_attrs.get("record"))
 
 
 def held_keys(trials: list[optuna.trial.FrozenTrial]) -> set[str]:

@@ -10,14 +10,13 @@ caller reads `get_trials` (`suite.study.plan.study_records`).
 
 from __future__ import annotations
 
-import gc
 import json
 from typing import Any
 
 import optuna
 import sqlalchemy
 
-from suite.study.records import outcome
+from suite.study.records import collector_paused, outcome
 
 # A trial's state is stored by name; an ended trial is COMPLETE, PRUNED or FAIL.
 _QUERY = sqlalchemy.text(
@@ -28,8 +27,8 @@ _QUERY = sqlalchemy.text(
 
 
 def rdb_records(study: optuna.Study) -> list[dict[str, Any]] | None:
-    """Every ended trial's record in trial order, as `plan._record` keeps them (a FAIL only with
-    an errored record), or None where the storage is not an RDB one or the query fails."""
+    """Every ended trial's record in trial order (`ended_record`), or None where the storage is
+    not an RDB one or the query fails."""
     storage = study._storage  # a study's storage is the RDB storage in Optuna's read cache
     backend = getattr(storage, "_backend", storage)
     if not isinstance(backend, optuna.storages.RDBStorage):
@@ -39,17 +38,21 @@ def rdb_records(study: optuna.Study) -> list[dict[str, Any]] | None:
             rows = connection.execute(_QUERY, {"study": study._study_id}).all()
     except sqlalchemy.exc.SQLAlchemyError:
         return None
-    enabled = gc.isenabled()
-    gc.disable()  # parsed JSON holds no cycles: the collector's passes over 10,000 records are waste
-    try:
-        records = [(state, json.loads(value)) for state, value in rows]
-    finally:
-        if enabled:
-            gc.enable()
-    # as `plan._record` keeps them: a record (not null) of a run, or an errored one of a FAIL
-    return [
-        r for state, r in records if r is not None and (_state(state) != "FAIL" or outcome(r) == "errored")
-    ]
+    with collector_paused():
+        records = [(_state(state), json.loads(value)) for state, value in rows]
+    return [r for state, stored in records if (r := ended_record(state, stored)) is not None]
+
+
+def ended_record(state: str, record: Any) -> dict[str, Any] | None:
+    """A trial's record if the trial ended, by its state's name: a run or pruned trial is COMPLETE
+    or PRUNED; an errored one is FAIL with its record. A FAIL without an errored record is a
+    worker killed mid-trial (its record, if any, was written before the kill and is not trusted);
+    a trial with no record (or a null one) has not ended."""
+    if record is None:
+        return None
+    if state in ("COMPLETE", "PRUNED"):
+        return record
+    return record if state == "FAIL" and outcome(record) == "errored" else None
 
 
 def _state(stored: Any) -> str:
