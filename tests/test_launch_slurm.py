@@ -22,6 +22,7 @@ import pytest
 from suite.commands.cli import main
 from suite.study.slurm import running
 
+pytestmark = pytest.mark.slurm  # `make slurm-test`: a step of its own in CI, outside `make test`
 POSTGRES = os.environ.get("SUITE_TEST_POSTGRES_URL")
 CLUSTERS = {"accounting": "SUITE_TEST_SLURM_CONF", "none": "SUITE_TEST_SLURM_NOACCT_CONF"}
 
