@@ -12,7 +12,8 @@ Printed: wall seconds and the child's peak RSS (ru_maxrss, its waited-for childr
 ratios 10,000/100 and 100,000/10,000, `compare`'s blocks (its pairwise work grows with the
 settings, not the trials) and the storage side (no target): enqueueing N trials and one worker's
 take at N queued.
-A command past --timeout prints as `>T`; the base's later sizes of that command are skipped.
+A command past --timeout prints as `>T`; the base's later sizes of that command are skipped, and
+`site` where its leaderboard timed out prints as `n/r` (not run).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from benchmarks.scale_data import build, seed_run, shape_plan
 
 COMMANDS = ("leaderboard", "summary", "export", "compare", "site", "report")
+NOT_RUN = ()  # a command that had no input: `site` where the leaderboard timed out
 SUMMARY = (
     "import sys; from pathlib import Path; from suite.study.records import load_run; "
     "from suite.config.task import TaskSpec; from suite.outputs.run_folder import format_summary; "
@@ -98,6 +100,10 @@ def measure(args: argparse.Namespace, codes: dict[str, Path], seed_folder: Path)
                     if (name == "report" and n > args.report_max) or any(r is None for r in smaller):
                         results[label, shape, n, name] = None
                         continue
+                    if name == "site" and not results[label, shape, n, "leaderboard"]:
+                        results[label, shape, n, name] = NOT_RUN  # no leaderboard to read
+                        print(f"  {label:5s} {shape:4s} {n:>7,} {name:11s} not run (no leaderboard)")
+                        continue
                     if name == "report":  # as `run` leaves the folder: its leaderboard, by this code
                         timed(command_line("leaderboard", folder, twin, folder), code, out, args.timeout)
                     got = timed(command_line(name, folder, twin, out), code, out, args.timeout)
@@ -114,6 +120,8 @@ def table(args: argparse.Namespace, codes: dict[str, Path], results: dict[tuple,
     def cell(label: str, shape: str, n: int, name: str) -> str:
         got = results.get((label, shape, n, name))
         skipped = name == "report" and n > args.report_max
+        if got == NOT_RUN:
+            return "n/r"
         return f"{got[0]:7.2f} s {got[1]:5.0f} MB" if got else ("-" if skipped else f">{args.timeout:.0f} s")
 
     def ratio(label: str, shape: str, name: str, a: int, b: int) -> str:
