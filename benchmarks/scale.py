@@ -10,8 +10,10 @@ leaderboard) and `report` (up to --report-max trials: it executes a notebook; ti
 `run`, which leaves the run folder's leaderboard written by the same code: made untimed first).
 Printed: wall seconds and the child's peak RSS (ru_maxrss, its waited-for children included), the
 ratios 10,000/100 and 100,000/10,000, `compare`'s blocks (its pairwise work grows with the
-settings, not the trials) and the storage side (no target): enqueueing N trials and one worker's
-take at N queued.
+settings, not the trials) and the storage side (no target; `--storage-only` for it alone):
+enqueueing N trials, one worker's take and a watcher's progress look at N queued, on SQLite and
+PostgreSQL (`--postgres URL`, by default SUITE_TEST_POSTGRES_URL), and the progress looks at a
+stored study of N ended runs.
 A command past --timeout prints as `>T`; the base's later sizes of that command are skipped, and
 `site` where its leaderboard timed out prints as `n/r` (not run).
 """
@@ -39,6 +41,7 @@ SUMMARY = (
 TAKE = """
 import sys, time, optuna
 from benchmarks.pops import plan
+from suite.study.progress import study_progress
 from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 url, n, takes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -50,7 +53,24 @@ for _ in range(takes):  # a worker's take: put dead workers' trials back, pop on
         fail_dead_trials(study)
         trial = pop_planned(study)
     study.tell(trial, 0.0)
-print(enqueue_s, (time.perf_counter() - start) / takes)
+took = (time.perf_counter() - start) / takes
+start = time.perf_counter()
+study_progress(study, n, 2)  # a watcher's look at the queue
+print(enqueue_s, took, time.perf_counter() - start)
+optuna.delete_study(study_name=name, storage=url)
+"""
+PROGRESS = """
+import sys, time, optuna
+from suite.study.progress import study_progress
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+url = sys.argv[1]
+study = optuna.load_study(study_name=optuna.get_all_study_names(url)[0], storage=url)
+looks = []
+for _ in range(2):  # the watcher's first look (Optuna's cache of ended trials cold), then the next
+    start = time.perf_counter()
+    study_progress(study, len(study.get_trials(deepcopy=False)), 2)
+    looks.append(time.perf_counter() - start)
+print(*looks)
 """
 
 
@@ -153,25 +173,41 @@ def _shape_line(shape: str, n: int) -> str:
     return f"{n:,} trials: {plan} ({blocks} compare blocks)"
 
 
-def storage(args: argparse.Namespace, codes: dict[str, Path]) -> None:
-    print("\nstorage (SQLite, no target): enqueue N planned trials; one worker's take with N queued")
-    for label, code in codes.items():
-        for n in (m for m in args.sizes if m <= 10_000):
-            with tempfile.TemporaryDirectory() as tmp:
-                url = f"sqlite:///{tmp}/queue.db"
-                env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{Path(__file__).parent.parent}"}
-                line = subprocess.run(
-                    [sys.executable, "-c", TAKE, url, str(n), "20"],
-                    env=env,
-                    cwd=tmp,
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                ).stdout.split()
+def storage(args: argparse.Namespace, codes: dict[str, Path], seed_folder: Path) -> None:
+    """Enqueueing N planned trials, one worker's take with N queued and a watcher's look at them,
+    on SQLite and on PostgreSQL (`--postgres`); then the watcher's looks at a stored `one` study
+    of N ended runs with their records (SQLite)."""
+    urls = {"SQLite": None, "PostgreSQL": args.postgres}
+    sizes = [m for m in args.sizes if m <= 10_000]
+    print("\nstorage (no target): enqueue N planned trials; one worker's take and a progress look, N queued")
+    for kind, url in urls.items():
+        if kind == "PostgreSQL" and not url:
+            print("  PostgreSQL: not run (--postgres URL, or SUITE_TEST_POSTGRES_URL)")
+            continue
+        for label, code in codes.items():
+            for n in sizes:
+                with tempfile.TemporaryDirectory() as tmp:
+                    line = _storage_script(TAKE, code, tmp, url or f"sqlite:///{tmp}/queue.db", str(n), "20")
+                enqueue, take, look = (float(x) for x in line)
                 print(
-                    f"  {label:5s} {n:>7,} trials: enqueued in {float(line[0]):7.2f} s, "
-                    f"a take {1000 * float(line[1]):7.1f} ms"
+                    f"  {kind:10s} {label:5s} {n:>7,} trials: enqueued in {enqueue:7.2f} s, "
+                    f"a take {1000 * take:6.1f} ms, a look {1000 * look:7.1f} ms"
                 )
+    print("progress looks at a stored study of N ended runs (SQLite): the first, then the next")
+    for label, code in codes.items():
+        for n in sizes:
+            db = build(args.data, seed_folder, "one", n, False) / "study.db"
+            with tempfile.TemporaryDirectory() as tmp:
+                first, then = (float(x) for x in _storage_script(PROGRESS, code, tmp, f"sqlite:///{db}"))
+            print(f"  {label:5s} {n:>7,} runs: {first:6.2f} s, then {then:6.2f} s")
+
+
+def _storage_script(script: str, code: Path, cwd: str, *argv: str) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{Path(__file__).parent.parent}"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv], env=env, cwd=cwd, capture_output=True, text=True, check=True
+    )
+    return done.stdout.split()
 
 
 def main() -> None:
@@ -184,6 +220,8 @@ def main() -> None:
     parser.add_argument("--report-max", type=int, default=10_000, help="largest study `report` runs on")
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "scale-data")
     parser.add_argument("--no-storage", action="store_true")
+    parser.add_argument("--storage-only", action="store_true", help="the storage side alone")
+    parser.add_argument("--postgres", default=os.environ.get("SUITE_TEST_POSTGRES_URL"), help="URL")
     args = parser.parse_args()
     args.sizes = [100, 1_000] if args.quick else sorted(args.sizes)
     here = Path(__file__).resolve().parent.parent
@@ -197,10 +235,10 @@ def main() -> None:
         codes["base"] = base
     seed_folder = seed_run(args.data / "seed")
     print(f"{sys.executable}; this = {here}, base = {args.base or 'none'}; sizes {args.sizes}")
-    results = measure(args, codes, seed_folder)
-    table(args, codes, results)
+    if not args.storage_only:
+        table(args, codes, measure(args, codes, seed_folder))
     if not args.no_storage:
-        storage(args, codes)
+        storage(args, codes, seed_folder)
 
 
 if __name__ == "__main__":
