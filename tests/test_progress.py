@@ -94,6 +94,23 @@ def test_a_pruned_run_counts_the_steps_it_took_and_a_crash_counts_none() -> None
     assert progress.eta_s == pytest.approx(3 * 20.0)
 
 
+def test_a_look_at_an_rdb_study_reads_its_cached_trials_not_every_record_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A watcher looks every 2 s: on SQLite the progress comes from the study's trials (ended ones
+    cached by Optuna's storage), never the one-query read of every record, and counts as it does."""
+    from suite.study import plan
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", direction="maximize")
+    for trial in (_ended("a", 30.0, steps=30), _ended("b", 10.0, steps=10, kind="pruned")):
+        study.add_trial(trial)
+    study.add_trial(_ended("c", 5.0, steps=1, kind="errored"))
+    assert set(plan.ended_runs(study)) == {"a", "b"}  # the one-query read, as `run` and export use it
+    monkeypatch.setattr(plan, "rdb_records", lambda study: pytest.fail("a look read every record"))
+    progress = study_progress(study, planned=5, workers=1)
+    assert progress.ended == 2 and progress.eta_s == pytest.approx(3 * 20.0)
+
+
 def _sigterm() -> None:
     os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's stop, or `timeout`
     time.sleep(5)  # the handler raises before this ends

@@ -210,24 +210,31 @@ def note_repeated_runs(study: optuna.Study) -> str | None:
     )
 
 
-def study_records(study: optuna.Study) -> list[dict[str, Any]]:
+Trials = list[optuna.trial.FrozenTrial] | None
+
+
+def study_records(study: optuna.Study, trials: Trials = None) -> list[dict[str, Any]]:
     """Every ended trial's record (every attempt), in trial order: from an RDB storage's tables
-    in one query (`stored_records`), else from the study's trials."""
-    found = rdb_records(study)
-    if found is not None:
-        return found
-    return [r for t in study.get_trials(deepcopy=False) if (r := _record(t)) is not None]
+    in one query (`stored_records`), else from the study's trials. Given `trials` (read by the
+    caller), from those: a watcher that looks again and again reads Optuna's cached ended trials,
+    where the one query parses every record each time."""
+    if trials is None:
+        found = rdb_records(study)
+        if found is not None:
+            return found
+        trials = study.get_trials(deepcopy=False)
+    return [r for t in trials if (r := _record(t)) is not None]
 
 
-def finished_records(study: optuna.Study) -> dict[str, dict[str, Any]]:
+def finished_records(study: optuna.Study, trials: Trials = None) -> dict[str, dict[str, Any]]:
     """The final record of each planned trial that ended (its run, else its errored attempt)."""
-    return {r["key"]: r for r in final_records(study_records(study))}
+    return {r["key"]: r for r in final_records(study_records(study, trials))}
 
 
-def ended_runs(study: optuna.Study) -> dict[str, dict[str, Any]]:
+def ended_runs(study: optuna.Study, trials: Trials = None) -> dict[str, dict[str, Any]]:
     """The planned trials that ended as runs (or pruned), which no rerun runs again; an errored
     trial is not among them (a rerun retries it)."""
-    return {k: r for k, r in finished_records(study).items() if outcome(r) != "errored"}
+    return {k: r for k, r in finished_records(study, trials).items() if outcome(r) != "errored"}
 
 
 def planned_keys(study: optuna.Study) -> set[str]:
