@@ -40,6 +40,23 @@ def test_p_a_beats_b_by_rank_is_the_pairwise_share(monkeypatch: pytest.MonkeyPat
     assert np.allclose(outperform.replicates(x, y, False, 40, np.random.default_rng(1)), reps, atol=1e-12)
 
 
+def test_every_split_is_counted_exactly_up_to_the_limit_and_not_past_it() -> None:
+    """`split_count` enumerates every split where comb(m + n, m) <= RESAMPLES, without the
+    60,000-digit comb of 100,000 + 100,000 runs: the same answer as math.comb, by hand."""
+    import math
+
+    for total in range(40):
+        for k in range(total // 2 + 1):
+            for limit in (1, 5, 70, exact.RESAMPLES):
+                every = math.comb(total, k)
+                assert exact._comb_within(total, k, limit) == (every if every <= limit else None)
+    for m, n in [(0, 7), (1, 1), (2, 200), (200, 2), (9, 9), (1, 30_000), (100_000, 100_000)]:
+        every = math.comb(m + n, m)
+        assert exact.split_count(m, n)[1] == (every <= exact.RESAMPLES)
+        if every <= exact.RESAMPLES:
+            assert exact.split_count(m, n) == (every, True)
+
+
 def test_drawn_splits_are_fewer_only_for_a_large_pool_and_the_same_in_any_chunks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -40,10 +40,22 @@ Statistic = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 def split_count(m: int, n: int, resamples: int = RESAMPLES) -> tuple[int, bool]:
     """(splits a permutation test of m and n runs uses, whether that is every split)."""
-    every = math.comb(m + n, m)
-    if every <= resamples:
+    every = _comb_within(m + n, min(m, n), resamples)
+    if every is not None:
         return every, True
     return min(resamples, max(_FEWEST_DRAWN, _DRAWN_CELLS // (m + n))), False
+
+
+def _comb_within(total: int, k: int, limit: int) -> int | None:
+    """comb(total, k) where it is at most `limit`, else None: counted up term by term (each an
+    exact comb(total, i)), stopping once past the limit. math.comb of 100,000 + 100,000 runs is
+    a 60,000-digit integer, 0.09 s a call, to learn that it is more than 20,000."""
+    every = 1
+    for i in range(k):  # comb(total, i) grows with i up to total / 2 >= k
+        every = every * (total - i) // (i + 1)
+        if every > limit:
+            return None
+    return every
 
 
 @lru_cache(maxsize=8)
