@@ -17,6 +17,10 @@ from suite.study.storage import public_url
 
 # tqdm's own ETA counts completions; the postfix carries the one from the measured time per step
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+# A watcher's looks at the storage take at most this share of its time: a look re-reads every
+# unfinished trial (Optuna caches only ended ones), 1.2-1.5 s with 10,000 queued, and the watcher
+# shares the cores with the workers (benchmarks/RESULTS.md).
+LOOK_SHARE = 0.1
 
 
 def exit_status(study: Any) -> int:
@@ -64,20 +68,29 @@ def watch(
 ) -> None:
     """A progress bar until `running()` turns false: trials ended of planned, each running trial's
     epoch, step and last dev score, and the time left from the measured time per step; drawn
-    every `poll_s` (it reads the storage), `running()` asked every `look_s` (it is cheap, and
-    `run_workers` learns there that a worker ended)."""
+    every `poll_s`, or less often where reading the storage takes long (`look_period`),
+    `running()` asked every `look_s` (it is cheap, and `run_workers` learns there that a worker
+    ended)."""
     from tqdm.auto import tqdm
 
     from suite.study.progress import study_progress
 
     with tqdm(desc=desc, total=planned, unit="trial", bar_format=BAR_FORMAT) as bar:
-        drawn = None
+        drawn, period = None, poll_s
         while running():
-            if drawn is None or time.monotonic() - drawn >= poll_s:
+            if drawn is None or time.monotonic() - drawn >= period:
+                start = time.monotonic()
                 _show(bar, study_progress(study, planned, workers))
                 drawn = time.monotonic()
+                period = look_period(poll_s, drawn - start)
             time.sleep(look_s)
         _show(bar, study_progress(study, planned, workers))
+
+
+def look_period(poll_s: float, took_s: float) -> float:
+    """Seconds from one look at the storage to the next: `poll_s`, or long enough that looks that
+    take `took_s` each stay within `LOOK_SHARE` of the watcher's time."""
+    return max(poll_s, took_s / LOOK_SHARE)
 
 
 def _show(bar: Any, progress: Any) -> None:
