@@ -26,10 +26,10 @@ test: venv
 	SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q -n auto --dist load --durations=15 -m 'not slurm'  # one test process per core (pytest-xdist): each takes a first chunk of the collection, then the next tests as it frees (docs/contributing.md); the 15 slowest tests, to keep the suite fast; the real-Slurm tests are `slurm-test`
 
 # The launch tests against a real Slurm and PostgreSQL (tests/test_launch_slurm.py), a step of its
-# own in CI (.ci/run starts both): about 2 minutes of jobs that import the suite, kept out of the
-# 20 minutes of `make test`. Without Slurm they skip with the reason (fail under CI=true).
+# own in CI (.ci/run starts both): about 1.5 minutes of jobs that import the suite, kept out of the
+# 20 minutes of `make test`. Without Slurm they skip, the reason printed (-rs; they fail under CI=true).
 slurm-test: venv
-	SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q -n auto --dist load -m slurm tests/test_launch_slurm.py
+	SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q -rs -n 2 --dist load -m slurm tests/test_launch_slurm.py
 
 # The aggregates against rliable itself (tests/test_aggregate.py): rliable 1.2.0 needs arch<8 and
 # pandas<3, so that one file runs on an overlay of them, leaving the suite's own pandas alone.

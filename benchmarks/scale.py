@@ -47,28 +47,29 @@ optuna.logging.set_verbosity(optuna.logging.ERROR)
 url, n, takes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 name, enqueue_s = plan(url, n)
 study = optuna.load_study(study_name=name, storage=url)
-start = time.perf_counter()
-for _ in range(takes):  # a worker's take: put dead workers' trials back, pop one, end it
-    with queue_lock(study):
-        fail_dead_trials(study)
-        trial = pop_planned(study)
-    study.tell(trial, 0.0)
-took = (time.perf_counter() - start) / takes
-start = time.perf_counter()
-study_progress(study, n, 2)  # a watcher's look at the queue
-print(enqueue_s, took, time.perf_counter() - start)
-optuna.delete_study(study_name=name, storage=url)
+try:
+    start = time.perf_counter()
+    for _ in range(takes):  # a worker's take: put dead workers' trials back, pop one, end it
+        with queue_lock(study):
+            fail_dead_trials(study)
+            trial = pop_planned(study)
+        study.tell(trial, 0.0)
+    took = (time.perf_counter() - start) / takes
+    start = time.perf_counter()
+    study_progress(study, n, 2)  # a watcher's look at the queue
+    print(enqueue_s, took, time.perf_counter() - start)
+finally:  # no queue left behind in a shared PostgreSQL
+    optuna.delete_study(study_name=name, storage=url)
 """
 PROGRESS = """
 import sys, time, optuna
 from suite.study.progress import study_progress
 optuna.logging.set_verbosity(optuna.logging.ERROR)
-url = sys.argv[1]
+url, planned, looks = sys.argv[1], int(sys.argv[2]), []
 study = optuna.load_study(study_name=optuna.get_all_study_names(url)[0], storage=url)
-looks = []
 for _ in range(2):  # the watcher's first look (Optuna's cache of ended trials cold), then the next
     start = time.perf_counter()
-    study_progress(study, len(study.get_trials(deepcopy=False)), 2)
+    study_progress(study, planned, 2)
     looks.append(time.perf_counter() - start)
 print(*looks)
 """
@@ -198,7 +199,8 @@ def storage(args: argparse.Namespace, codes: dict[str, Path], seed_folder: Path)
         for n in sizes:
             db = build(args.data, seed_folder, "one", n, False) / "study.db"
             with tempfile.TemporaryDirectory() as tmp:
-                first, then = (float(x) for x in _storage_script(PROGRESS, code, tmp, f"sqlite:///{db}"))
+                line = _storage_script(PROGRESS, code, tmp, f"sqlite:///{db}", str(n))
+            first, then = (float(x) for x in line)
             print(f"  {label:5s} {n:>7,} runs: {first:6.2f} s, then {then:6.2f} s")
 
 
@@ -219,8 +221,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per command")
     parser.add_argument("--report-max", type=int, default=10_000, help="largest study `report` runs on")
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "scale-data")
-    parser.add_argument("--no-storage", action="store_true")
-    parser.add_argument("--storage-only", action="store_true", help="the storage side alone")
+    side = parser.add_mutually_exclusive_group()
+    side.add_argument("--no-storage", action="store_true")
+    side.add_argument("--storage-only", action="store_true", help="the storage side alone")
     parser.add_argument("--postgres", default=os.environ.get("SUITE_TEST_POSTGRES_URL"), help="URL")
     args = parser.parse_args()
     args.sizes = [100, 1_000] if args.quick else sorted(args.sizes)

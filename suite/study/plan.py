@@ -210,10 +210,10 @@ def note_repeated_runs(study: optuna.Study) -> str | None:
     )
 
 
-Trials = list[optuna.trial.FrozenTrial] | None
+Trials = list[optuna.trial.FrozenTrial]
 
 
-def study_records(study: optuna.Study, trials: Trials = None) -> list[dict[str, Any]]:
+def study_records(study: optuna.Study, trials: Trials | None = None) -> list[dict[str, Any]]:
     """Every ended trial's record (every attempt), in trial order: from an RDB storage's tables
     in one query (`stored_records`), else from the study's trials. Given `trials` (read by the
     caller), from those: a watcher that looks again and again reads Optuna's cached ended trials,
@@ -226,12 +226,12 @@ def study_records(study: optuna.Study, trials: Trials = None) -> list[dict[str, 
     return [r for t in trials if (r := _record(t)) is not None]
 
 
-def finished_records(study: optuna.Study, trials: Trials = None) -> dict[str, dict[str, Any]]:
+def finished_records(study: optuna.Study, trials: Trials | None = None) -> dict[str, dict[str, Any]]:
     """The final record of each planned trial that ended (its run, else its errored attempt)."""
     return {r["key"]: r for r in final_records(study_records(study, trials))}
 
 
-def ended_runs(study: optuna.Study, trials: Trials = None) -> dict[str, dict[str, Any]]:
+def ended_runs(study: optuna.Study, trials: Trials | None = None) -> dict[str, dict[str, Any]]:
     """The planned trials that ended as runs (or pruned), which no rerun runs again; an errored
     trial is not among them (a rerun retries it)."""
     return {k: r for k, r in finished_records(study, trials).items() if outcome(r) != "errored"}

@@ -21,6 +21,7 @@ BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 # unfinished trial (Optuna caches only ended ones), 1.2-1.5 s with 10,000 queued, and the watcher
 # shares the cores with the workers (benchmarks/RESULTS.md).
 LOOK_SHARE = 0.1
+LOOK_MOST_S = 60.0  # a slow look (the first, before Optuna caches the ended trials) waits no longer
 
 
 def exit_status(study: Any) -> int:
@@ -89,8 +90,8 @@ def watch(
 
 def look_period(poll_s: float, took_s: float) -> float:
     """Seconds from one look at the storage to the next: `poll_s`, or long enough that looks that
-    take `took_s` each stay within `LOOK_SHARE` of the watcher's time."""
-    return max(poll_s, took_s / LOOK_SHARE)
+    take `took_s` each stay within `LOOK_SHARE` of the watcher's time, up to `LOOK_MOST_S`."""
+    return max(poll_s, min(took_s / LOOK_SHARE, LOOK_MOST_S))
 
 
 def _show(bar: Any, progress: Any) -> None:

@@ -55,7 +55,7 @@ def _comb_within(total: int, k: int, limit: int) -> int | None:
         every = every * (total - i) // (i + 1)
         if every > limit:
             return None
-    return every
+    return every if every <= limit else None
 
 
 @lru_cache(maxsize=8)
