@@ -17,11 +17,11 @@ from suite.study.storage import public_url
 
 # tqdm's own ETA counts completions; the postfix carries the one from the measured time per step
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
-# A watcher's looks at the storage take at most this share of its time: a look re-reads every
+# A watcher's polls of the storage take at most this share of its time: a poll re-reads every
 # unfinished trial (Optuna caches only ended ones), 1.2-1.5 s with 10,000 queued, and the watcher
 # shares the cores with the workers (benchmarks/RESULTS.md).
-LOOK_SHARE = 0.1
-LOOK_MOST_S = 60.0  # a slow look (the first, before Optuna caches the ended trials) waits no longer
+POLL_SHARE = 0.1
+POLL_MOST_S = 60.0  # a slow poll (the first, before Optuna caches the ended trials) waits no longer
 
 
 def exit_status(study: Any) -> int:
@@ -69,7 +69,7 @@ def watch(
 ) -> None:
     """A progress bar until `running()` turns false: trials ended of planned, each running trial's
     epoch, step and last dev score, and the time left from the measured time per step; drawn
-    every `poll_s`, or less often where reading the storage takes long (`look_period`),
+    every `poll_s`, or less often where reading the storage takes long (`poll_period`),
     `running()` asked every `look_s` (it is cheap, and `run_workers` learns there that a worker
     ended)."""
     from tqdm.auto import tqdm
@@ -83,15 +83,15 @@ def watch(
                 start = time.monotonic()
                 _show(bar, study_progress(study, planned, workers))
                 drawn = time.monotonic()
-                period = look_period(poll_s, drawn - start)
+                period = poll_period(poll_s, drawn - start)
             time.sleep(look_s)
         _show(bar, study_progress(study, planned, workers))
 
 
-def look_period(poll_s: float, took_s: float) -> float:
-    """Seconds from one look at the storage to the next: `poll_s`, or long enough that looks that
-    take `took_s` each stay within `LOOK_SHARE` of the watcher's time, up to `LOOK_MOST_S`."""
-    return max(poll_s, min(took_s / LOOK_SHARE, LOOK_MOST_S))
+def poll_period(poll_s: float, took_s: float) -> float:
+    """Seconds from one poll of the storage to the next: `poll_s`, or long enough that polls that
+    take `took_s` each stay within `POLL_SHARE` of the watcher's time, up to `POLL_MOST_S`."""
+    return max(poll_s, min(took_s / POLL_SHARE, POLL_MOST_S))
 
 
 def _show(bar: Any, progress: Any) -> None:
