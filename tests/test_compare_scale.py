@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from suite.stats.compare import outperform
-from suite.stats.decide import exact
+from suite.stats.decide import exact, splits
 from suite.stats.decide.paired import pair_up
 
 
@@ -40,6 +40,19 @@ def test_p_a_beats_b_by_rank_is_the_pairwise_share(monkeypatch: pytest.MonkeyPat
     assert np.allclose(outperform.replicates(x, y, False, 40, np.random.default_rng(1)), reps, atol=1e-12)
 
 
+@pytest.mark.parametrize("pairwise", [10**12, 0])
+def test_bootstrap_weights_drawn_in_chunks_give_the_same_replicates(
+    pairwise: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x, y = _arms(400, 350, 1)
+    monkeypatch.setattr(outperform, "PAIRWISE_CELLS", pairwise)
+    whole = outperform.replicates(x, y, False, 40, np.random.default_rng(1))
+    monkeypatch.setattr(outperform, "CHUNK_CELLS", 1_000)  # 2-3 replicates a chunk, one stream
+    assert np.array_equal(outperform.replicates(x, y, False, 40, np.random.default_rng(1)), whole)
+    weights = outperform._weights(np.random.default_rng(2), 350, (40,))
+    assert weights.dtype == np.uint16 and (weights.sum(1) == 350).all()
+
+
 def test_every_split_is_counted_exactly_up_to_the_limit_and_not_past_it() -> None:
     """`split_count` enumerates every split where comb(m + n, m) <= RESAMPLES, without the
     60,000-digit comb of 100,000 + 100,000 runs: the same answer as math.comb, by hand."""
@@ -49,7 +62,7 @@ def test_every_split_is_counted_exactly_up_to_the_limit_and_not_past_it() -> Non
         for k in range(total // 2 + 1):
             for limit in (0, 1, 5, 70, exact.RESAMPLES):
                 every = math.comb(total, k)
-                assert exact._comb_within(total, k, limit) == (every if every <= limit else None)
+                assert splits._comb_within(total, k, limit) == (every if every <= limit else None)
     for m, n in [(0, 7), (1, 1), (2, 200), (200, 2), (9, 9), (1, 30_000), (100_000, 100_000)]:
         every = math.comb(m + n, m)
         assert exact.split_count(m, n)[1] == (every <= exact.RESAMPLES)
@@ -67,7 +80,7 @@ def test_drawn_splits_are_fewer_only_for_a_large_pool_and_the_same_in_any_chunks
     p = exact.permutation_p(x, y, exact.median_shift, resamples=3_000)
     monkeypatch.setattr(exact, "_CELLS", 100)  # many small chunks of splits: one stream, the same draws
     assert exact.permutation_p(x, y, exact.median_shift, resamples=3_000) == p
-    monkeypatch.setattr(exact, "_CACHED_LARGE", 0)  # drawn chunk by chunk, not kept: the same draws
+    monkeypatch.setattr(splits, "_CACHED_LARGE", 0)  # drawn chunk by chunk, not kept: the same draws
     assert exact.permutation_p(x, y, exact.median_shift, resamples=3_000) == p
     assert exact.smallest_p(x, y, exact.median_shift, resamples=3_000) == pytest.approx(2 / 3_001)
 
@@ -94,6 +107,46 @@ def test_the_sorted_rank_and_sum_forms_give_the_general_p(
         assert fast == general, statistic.__name__  # one row: the general path over the same splits
 
 
+@pytest.mark.parametrize("sizes", [(40, 33), (124, 125), (3, 250)])
+def test_drawn_splits_as_members_are_the_orders_splits(
+    sizes: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Splits drawn as taken (a large pool) reach the rank and sum forms as arm A's membership, by a
+    partition of the keys, and the general form as orders, by their argsort: the same splits, the
+    same p; each the p of the splits kept whole."""
+    x, y = _arms(*sizes, 1)
+    cases = [(x, y, s) for s in (exact.median_shift, exact.spread_shift)]
+    cases.append((*exact.ranked(x, y), exact.mean_shift))
+    kept = [exact.permutation_p(xs, ys, s, resamples=3_000, seed=5) for xs, ys, s in cases]
+    monkeypatch.setattr(splits, "_CACHED_LARGE", 0)
+    monkeypatch.setattr(exact, "_CELLS", 40_000)  # several chunks of one stream
+    for (xs, ys, statistic), p in zip(cases, kept, strict=True):
+        assert exact.permutation_p(xs, ys, statistic, resamples=3_000, seed=5) == p, statistic.__name__
+        assert exact.permutation_p(xs[None], ys[None], statistic, resamples=3_000, seed=5)[0] == p
+
+
+class _TiedKeys:
+    """A generator whose keys tie at chosen places: numpy's own never do at these sizes."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        self.keys = keys
+
+    def random(self, shape: tuple[int, int]) -> np.ndarray:
+        assert shape == self.keys.shape
+        return self.keys.copy()
+
+
+@pytest.mark.parametrize("m", [1, 3, 4, 7])
+def test_a_key_tied_at_arm_as_edge_is_split_as_the_argsort_splits_it(m: int) -> None:
+    keys = np.round(np.random.default_rng(m).random((400, 8)), 1)  # ties everywhere, at the edge too
+    orders = np.argsort(keys, axis=1)
+    members = splits._members(_TiedKeys(keys), 400, 8, m)
+    assert np.array_equal(members, splits.membership(orders, m))
+    assert (members.sum(1) == m).all()
+    edge = np.sort(keys, axis=1)
+    assert (edge[:, m - 1] == edge[:, m]).any()  # the case the partition alone would get wrong
+
+
 def test_the_spread_test_keeps_its_digits_on_large_scores() -> None:
     x, y = 1e9 + 0.01 * np.arange(5), 1e9 + 0.05 * np.arange(5)
     fast = exact.permutation_p(x, y, exact.spread_shift)
@@ -113,13 +166,13 @@ def test_the_median_and_spread_of_sorted_ranks_are_numpys(k: int) -> None:
 
 
 def test_every_split_is_each_subset_of_arm_a_once_with_both_arms_ascending() -> None:
-    every = exact._every(4, 3)
+    every = splits._every(4, 3)
     assert every.shape == (35, 7)
     assert len({tuple(row[:4]) for row in every}) == 35
     rows = every.tolist()
     assert all(sorted(row) == list(range(7)) for row in rows)
     assert all(row[:4] == sorted(row[:4]) and row[4:] == sorted(row[4:]) for row in rows)
-    assert exact._every(0, 3).tolist() == [[0, 1, 2]]
+    assert splits._every(0, 3).tolist() == [[0, 1, 2]]
 
 
 def test_a_blocks_median_and_spread_tests_rank_its_splits_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -131,7 +184,7 @@ def test_a_blocks_median_and_spread_tests_rank_its_splits_once(monkeypatch: pyte
 
     def counted(pooled: np.ndarray, m: int):  # noqa: ANN202
         arms = sorted_arms(pooled, m)
-        return lambda orders: ranked.append(len(orders)) or arms(orders)
+        return lambda members: ranked.append(len(members)) or arms(members)
 
     monkeypatch.setattr(exact, "_sorted_arms", counted)
     exact._RECENT.clear()

@@ -7,117 +7,25 @@ exact at any n, ties included; its smallest two-sided p is 2 / C(m + n, m) (deci
 Brown-Forsythe's parametric F is not: with 4 runs a side it rejected 6.8% of normal and 14.5% of
 collapsing null studies, 7.4% at 8 (two middle deviations from an even-n median are always equal),
 and at 3 it never rejected; its statistic under permutation is exact (<= 5.3% measured).
-Two-sided p throughout: twice the smaller tail, capped at 1.
+Two-sided p throughout: twice the smaller tail, capped at 1. The splits themselves, every one or
+drawn, are splits.py's.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Callable
-from functools import cache, lru_cache
+from functools import cache
 
 import numpy as np
 from scipy import stats
 
 import suite.stats.decide.decidable as decidable
+from suite.stats.decide.splits import RESAMPLES, index_type, split_count, splits
 
 ALPHA = decidable.ALPHA
-RESAMPLES = 20_000  # enumerate every split (sign pattern) up to this many, else draw this many
 _CELLS = 4_000_000  # elements per chunk of permuted copies
-# Drawn splits hold at most this many pooled values in all: past 1,000 runs in all, fewer splits
-# (at least 1,000: p to about 0.007 at 0.05). Why: 20,000 splits of 20,000 runs took 6.6 GB and
-# two minutes, where runs this many already decide to a hair.
-_DRAWN_CELLS = 20_000_000
-_FEWEST_DRAWN = 1_000
-# Drawn splits of up to this many pooled values are kept (16 pool sizes), and of up to
-# _CACHED_LARGE (2): a block's three tests then draw once, where each drew its own.
-_CACHED_CELLS = 5_000_000
-_CACHED_LARGE = _DRAWN_CELLS
 
 Statistic = Callable[[np.ndarray, np.ndarray], np.ndarray]
-
-
-def split_count(m: int, n: int, resamples: int = RESAMPLES) -> tuple[int, bool]:
-    """(splits a permutation test of m and n runs uses, whether that is every split)."""
-    every = _comb_within(m + n, min(m, n), resamples)
-    if every is not None:
-        return every, True
-    return min(resamples, max(_FEWEST_DRAWN, _DRAWN_CELLS // (m + n))), False
-
-
-def _comb_within(total: int, k: int, limit: int) -> int | None:
-    """comb(total, k) where it is at most `limit`, else None: counted up term by term (each an
-    exact comb(total, i)), stopping once past the limit. math.comb of 100,000 + 100,000 runs is
-    a 60,000-digit integer, 0.09 s a call, to learn that it is more than 20,000."""
-    every = 1
-    for i in range(k):  # comb(total, i) grows with i up to total / 2 >= k
-        every = every * (total - i) // (i + 1)
-        if every > limit:
-            return None
-    return every if every <= limit else None
-
-
-@lru_cache(maxsize=8)
-def _every(m: int, n: int) -> np.ndarray:
-    """Every split of m + n runs (the caller keeps them to RESAMPLES), kept: each block with these
-    arm sizes uses it."""
-    chosen = np.array(list(itertools.combinations(range(m + n), m)), dtype=np.intp)
-    chosen = chosen.reshape(math.comb(m + n, m), m)
-    member = np.zeros((len(chosen), m + n), dtype=bool)
-    np.put_along_axis(member, chosen, True, axis=1)
-    rest = np.nonzero(~member)[1].reshape(len(chosen), n)  # row-major: each row's rest ascending
-    every = np.concatenate([chosen, rest], axis=1).astype(_index_type(m + n))
-    every.flags.writeable = False
-    return every
-
-
-def _draw(rng: np.random.Generator, rows: int, runs: int) -> np.ndarray:
-    """`rows` random splits as orders of the pooled runs (the first m of an order are arm A, for any
-    m), as small integers."""
-    return np.argsort(rng.random((rows, runs)), axis=1).astype(_index_type(runs))
-
-
-def _index_type(runs: int) -> type:
-    return np.int16 if runs < 2**15 else np.int32
-
-
-@lru_cache(maxsize=16)
-def _drawn(runs: int, total: int, seed: int) -> np.ndarray:
-    """All `total` drawn splits of `runs` pooled runs, kept (10 MB at 250 runs): a block's three
-    tests, and every block of as many runs in all, take the same splits, and drawing them (an
-    argsort of 20,000 x 250 numbers) was most of a test's time."""
-    orders = _draw(np.random.default_rng(seed), total, runs)
-    orders.flags.writeable = False
-    return orders
-
-
-_drawn_large = lru_cache(maxsize=2)(_drawn.__wrapped__)  # past _CACHED_CELLS: 2 of up to 40 MB
-
-
-def _splits(m: int, n: int, resamples: int, seed: int) -> tuple[int, Callable, bool, tuple | None]:
-    """(P, orders(start, stop), exact, kept): every split of the pooled runs when there are at
-    most `resamples`, else P random ones (fewer for a large pool: `_DRAWN_CELLS`); `orders` gives
-    the splits start..stop as (stop - start, m + n) orders of the pooled runs, the first m of each
-    being arm A. Drawn splits are made chunk by chunk, in order, from one stream (the same splits
-    as drawing them all at once, without holding them all), or all at once and kept where they are
-    few (`_CACHED_LARGE`). `kept`: what names kept splits (None: streamed)."""
-    total, exact = split_count(m, n, resamples)
-    if exact:
-        every = _every(m, n)
-        return len(every), lambda start, stop: every[start:stop], True, ("every", m, n)
-    if total * (m + n) <= _CACHED_LARGE:
-        kept = (_drawn if total * (m + n) <= _CACHED_CELLS else _drawn_large)(m + n, total, seed)
-        return total, lambda start, stop: kept[start:stop], False, ("drawn", m + n, total, seed)
-    rng = np.random.default_rng(seed)
-    made = [0]  # splits drawn so far: the stream moves forward only
-
-    def orders(start: int, stop: int) -> np.ndarray:
-        assert start == made[0], "drawn splits are taken in order"
-        made[0] = stop
-        return _draw(rng, stop - start, m + n)
-
-    return total, orders, False, None
 
 
 def _tails(observed: np.ndarray, draws: Callable[[int, int], np.ndarray], total: int, chunk: int) -> tuple:
@@ -144,7 +52,7 @@ def permutation_p(
 ) -> np.ndarray:
     """Two-sided p of statistic(x, y) (arm A, arm B: last axis runs) over splits of the pooled runs."""
     m, n = x.shape[-1], y.shape[-1]
-    total, orders, exact, kept = _splits(m, n, resamples, seed)
+    split = splits(m, n, resamples, seed)
     pooled = np.concatenate([x, y], axis=-1)
     chunk = max(1, _CELLS // max(pooled.size, 1))
     # the sorted-rank form of a known statistic (by identity: a statistic need not hash), 1-D arms only
@@ -154,17 +62,17 @@ def permutation_p(
 
     def draws(start: int, stop: int) -> np.ndarray:
         if arms is not None:
-            if kept is None:
-                return on_ranks(*arms(orders(start, stop)))
-            key = (kept, pooled.dtype.str, pooled.tobytes(), m, start, stop)
-            return on_ranks(*_recent(key, lambda: arms(orders(start, stop))))
-        if on_sums:  # B's sum is the pool's less A's: gather arm A alone
-            return _mean_shift_of_sums(pooled[orders(start, stop)[:, :m]].sum(-1), pooled.sum(), m, n)
-        g = pooled[..., orders(start, stop)]
+            if split.kept is None:
+                return on_ranks(*arms(split.members(start, stop)))
+            key = (split.kept, pooled.dtype.str, pooled.tobytes(), m, start, stop)
+            return on_ranks(*_recent(key, lambda: arms(split.members(start, stop))))
+        if on_sums:  # B's sum is the pool's less A's: arm A's alone
+            return _mean_shift_of_sums(split.members(start, stop) @ pooled, pooled.sum(), m, n)
+        g = pooled[..., split.orders(start, stop)]
         return statistic(g[..., :m], g[..., m:])
 
-    hi, lo = _tails(statistic(x, y), draws, total, chunk)
-    return _two_sided(hi, lo, total, exact)
+    hi, lo = _tails(statistic(x, y), draws, split.total, chunk)
+    return _two_sided(hi, lo, split.total, split.exact)
 
 
 _RECENT: dict[tuple, tuple] = {}
@@ -184,20 +92,19 @@ def _recent(key: tuple, make: Callable[[], tuple]) -> tuple:
 
 
 def _sorted_arms(pooled: np.ndarray, m: int) -> Callable[[np.ndarray], tuple[np.ndarray, ...]]:
-    """Splits (orders of the pooled runs) -> (A's ranks, B's ranks, the pooled values ascending):
-    each arm as the runs' ordinal ranks sorted ascending, small integers whose rows numpy sorts in
-    a few ms, where a median's selection over float rows took 35 ms per 20,000 splits; a median
-    then reads two values per split, not every run's. The same splits: the same p."""
+    """Splits (arm A's membership of the pooled runs) -> (A's ranks, B's ranks, the pooled values
+    ascending): each arm as the runs' ordinal ranks ascending, read off the membership in rank
+    order, where a median's selection over float rows took 35 ms per 20,000 splits (and sorting
+    each arm's ranks, 5 ms per split of 200,000 runs); a median then reads two values per split,
+    not every run's. The same splits: the same p."""
     by_rank = np.argsort(pooled, kind="stable")
-    rank = np.empty(pooled.size, dtype=_index_type(pooled.size))
-    rank[by_rank] = np.arange(pooled.size)
-    ascending = pooled[by_rank]
+    ascending, small = pooled[by_rank], index_type(pooled.size)  # small: kept arms take little room
 
-    def arms(orders: np.ndarray) -> tuple[np.ndarray, ...]:
-        r = rank[orders]
-        r[:, :m].sort(axis=1)
-        r[:, m:].sort(axis=1)
-        return r[:, :m], r[:, m:], ascending
+    def arms(members: np.ndarray) -> tuple[np.ndarray, ...]:
+        in_rank = np.take(members, by_rank, axis=1)
+        start = np.arange(len(members))[:, None] * pooled.size  # each row's offset in the flat order
+        a, b = (np.flatnonzero(k).reshape(len(members), -1) - start for k in (in_rank, ~in_rank))
+        return a.astype(small), b.astype(small), ascending
 
     return arms
 
@@ -211,8 +118,8 @@ def smallest_p(x: np.ndarray, y: np.ndarray, statistic: Statistic, resamples: in
     total, exact = split_count(m, n, resamples)
     if not exact:
         return 2 / (total + 1)
-    total, orders, _, _ = _splits(m, n, resamples, 0)
-    g = np.concatenate([x, y])[orders(0, total)]
+    every = splits(m, n, resamples).orders(0, total)
+    g = np.concatenate([x, y])[every]
     t = statistic(g[:, :m], g[:, m:])
     tol = 1e-9 * (1 + np.abs(t).max())
     return min(1.0, 2 * min(int((t >= t.max() - tol).sum()), int((t <= t.min() + tol).sum())) / len(t))
