@@ -108,16 +108,19 @@ def test_the_sorted_rank_and_sum_forms_give_the_general_p(
 
 
 @pytest.mark.parametrize("sizes", [(40, 33), (124, 125), (3, 250)])
+@pytest.mark.parametrize("members_from", [0, 10**9])
 def test_drawn_splits_as_members_are_the_orders_splits(
-    sizes: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+    sizes: tuple[int, int], members_from: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Splits drawn as taken (a large pool) reach the rank and sum forms as arm A's membership, by a
-    partition of the keys, and the general form as orders, by their argsort: the same splits, the
-    same p; each the p of the splits kept whole."""
+    partition of the keys, or as orders, and the general form as orders, by their argsort: the same
+    splits, the same p; each the p of the splits kept whole, read as orders."""
     x, y = _arms(*sizes, 1)
     cases = [(x, y, s) for s in (exact.median_shift, exact.spread_shift)]
     cases.append((*exact.ranked(x, y), exact.mean_shift))
+    monkeypatch.setattr(exact, "_MEMBERS_FROM", 10**9)
     kept = [exact.permutation_p(xs, ys, s, resamples=3_000, seed=5) for xs, ys, s in cases]
+    monkeypatch.setattr(exact, "_MEMBERS_FROM", members_from)
     monkeypatch.setattr(splits, "_CACHED_LARGE", 0)
     monkeypatch.setattr(exact, "_CELLS", 40_000)  # several chunks of one stream
     for (xs, ys, statistic), p in zip(cases, kept, strict=True):
@@ -184,7 +187,7 @@ def test_a_blocks_median_and_spread_tests_rank_its_splits_once(monkeypatch: pyte
 
     def counted(pooled: np.ndarray, m: int):  # noqa: ANN202
         arms = sorted_arms(pooled, m)
-        return lambda members: ranked.append(len(members)) or arms(members)
+        return lambda split, start, stop: ranked.append(stop - start) or arms(split, start, stop)
 
     monkeypatch.setattr(exact, "_sorted_arms", counted)
     exact._RECENT.clear()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from suite.stats.estimates import (
     seeds_needed,
     stacked_intervals,
     summarize,
+    uncertainty,
 )
 from suite.stats.estimates.gap import stacked_gap
 from suite.stats.estimates.rank_gap import rank_min_p, rank_p
@@ -485,3 +487,24 @@ def test_intervals_with_runs_collapsed_4_to_5_sd_below(n: int) -> None:
         median_truth = float(stats.norm.ppf((0.5 - share) / (1 - share)))
         median, _ = covered(stacked_intervals(lay, y, "median", resamples=300, seed=5), median_truth)
         assert median >= 0.94 and mean >= 0.83, (share, depth, mean, median)
+
+
+@pytest.mark.parametrize("partition_from", [0, 10**9])  # every row partitioned; every row sorted
+def test_median_and_iqr_are_numpys_over_rows_with_and_without_gaps(
+    partition_from: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`reduce`'s median and IQR, which sort each row or partition it at the places they read, are
+    numpy's nanmedian and nanpercentile row by row (to rounding: a + (b - a) / 2 for numpy's mean of
+    the two), over rows of one length and rows with NaN gaps of every count, with ties, 2-D and 3-D."""
+    monkeypatch.setattr(uncertainty, "_PARTITION_FROM", partition_from)
+    rng = np.random.default_rng(7)
+    for runs in (1, 2, 5, 10, 31):
+        x = np.round(rng.normal(size=(40, runs)), 1)  # ties
+        gappy = np.where(rng.random(x.shape) < rng.random((40, 1)), np.nan, x)
+        for rows in (x, gappy, gappy.reshape(4, 10, runs)):
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN row: NaN either way
+                median = np.nanmedian(rows, axis=-1)
+                iqr = np.subtract(*np.nanpercentile(rows, [75, 25], axis=-1))
+            np.testing.assert_allclose(reduce(rows, "median"), median, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(reduce(rows, "iqr"), iqr, rtol=1e-12, atol=1e-12)

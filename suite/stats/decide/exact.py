@@ -20,10 +20,14 @@ import numpy as np
 from scipy import stats
 
 import suite.stats.decide.decidable as decidable
-from suite.stats.decide.splits import RESAMPLES, index_type, split_count, splits
+from suite.stats.decide.splits import RESAMPLES, Splits, index_type, split_count, splits
 
 ALPHA = decidable.ALPHA
 _CELLS = 4_000_000  # elements per chunk of permuted copies
+# Pooled runs from which a test reads splits as membership, not orders: measured on 2 cores, a
+# chunk of 4,000,000 took 21 ms either way at 2,000 runs; at 250, 10 ms by orders and 31 by
+# membership; at 20,000, 48 and 20.
+_MEMBERS_FROM = 2_000
 
 Statistic = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
@@ -63,11 +67,11 @@ def permutation_p(
     def draws(start: int, stop: int) -> np.ndarray:
         if arms is not None:
             if split.kept is None:
-                return on_ranks(*arms(split.members(start, stop)))
+                return on_ranks(*arms(split, start, stop))
             key = (split.kept, pooled.dtype.str, pooled.tobytes(), m, start, stop)
-            return on_ranks(*_recent(key, lambda: arms(split.members(start, stop))))
+            return on_ranks(*_recent(key, lambda: arms(split, start, stop)))
         if on_sums:  # B's sum is the pool's less A's: arm A's alone
-            return _mean_shift_of_sums(split.members(start, stop) @ pooled, pooled.sum(), m, n)
+            return _mean_shift_of_sums(_sums_of_a(pooled, m, split, start, stop), pooled.sum(), m, n)
         g = pooled[..., split.orders(start, stop)]
         return statistic(g[..., :m], g[..., m:])
 
@@ -91,19 +95,40 @@ def _recent(key: tuple, make: Callable[[], tuple]) -> tuple:
     return _RECENT[key]
 
 
-def _sorted_arms(pooled: np.ndarray, m: int) -> Callable[[np.ndarray], tuple[np.ndarray, ...]]:
-    """Splits (arm A's membership of the pooled runs) -> (A's ranks, B's ranks, the pooled values
-    ascending): each arm as the runs' ordinal ranks ascending, read off the membership in rank
-    order, where a median's selection over float rows took 35 ms per 20,000 splits (and sorting
-    each arm's ranks, 5 ms per split of 200,000 runs); a median then reads two values per split,
-    not every run's. The same splits: the same p."""
+def _by_members(runs: int) -> bool:
+    """Whether splits of this many pooled runs are read as arm A's membership (a pass over each
+    split's runs), not as orders (a gather and a sort of each arm): past _MEMBERS_FROM runs."""
+    return runs >= _MEMBERS_FROM
+
+
+def _sums_of_a(pooled: np.ndarray, m: int, split: Splits, start: int, stop: int) -> np.ndarray:
+    """Arm A's sums over the splits start..stop (Mann-Whitney's ranks: exact in either order)."""
+    if _by_members(pooled.size):
+        return split.members(start, stop) @ pooled
+    return pooled[split.orders(start, stop)[:, :m]].sum(-1)
+
+
+def _sorted_arms(pooled: np.ndarray, m: int) -> Callable[[Splits, int, int], tuple[np.ndarray, ...]]:
+    """(splits, start, stop) -> (A's ranks, B's ranks, the pooled values ascending): each arm as
+    the runs' ordinal ranks ascending, where a median's selection over float rows took 35 ms per
+    20,000 splits; a median then reads two values per split, not every run's. Few runs: the ranks
+    gathered by each split's order and each arm sorted. Many (`_by_members`): read off arm A's
+    membership in rank order, linear in the runs where the sort took 5 ms per split of 200,000.
+    The same splits: the same p."""
     by_rank = np.argsort(pooled, kind="stable")
     ascending, small = pooled[by_rank], index_type(pooled.size)  # small: kept arms take little room
+    rank = np.empty(pooled.size, dtype=small)
+    rank[by_rank] = np.arange(pooled.size)
 
-    def arms(members: np.ndarray) -> tuple[np.ndarray, ...]:
-        in_rank = np.take(members, by_rank, axis=1)
-        start = np.arange(len(members))[:, None] * pooled.size  # each row's offset in the flat order
-        a, b = (np.flatnonzero(k).reshape(len(members), -1) - start for k in (in_rank, ~in_rank))
+    def arms(split: Splits, start: int, stop: int) -> tuple[np.ndarray, ...]:
+        if not _by_members(pooled.size):
+            r = rank[split.orders(start, stop)]
+            r[:, :m].sort(axis=1)
+            r[:, m:].sort(axis=1)
+            return r[:, :m], r[:, m:], ascending
+        in_rank = np.take(split.members(start, stop), by_rank, axis=1)
+        offset = np.arange(len(in_rank))[:, None] * pooled.size  # each row's start in the flat order
+        a, b = (np.flatnonzero(k).reshape(len(in_rank), -1) - offset for k in (in_rank, ~in_rank))
         return a.astype(small), b.astype(small), ascending
 
     return arms

@@ -40,6 +40,9 @@ from suite.study.records import TrialRecord
 
 Statistic = str | Callable[[np.ndarray], float]
 PERCENTILE = "percentile bootstrap, 95%"
+# Values a row from which quantiles partition it, not sort it: on 2 cores, 20,000,000 values took
+# 190-270 ms either way at 500-1,000 a row, sorted 540 and partitioned 230-310 at 10,000.
+_PARTITION_FROM = 2_000
 FLOOR_LEVELS = 5  # the median's interval is floored at the mean's t interval below this many seeds
 TIED = "cannot bound: all {n} runs scored {value:.6g}; a run that differs could score anything"
 PINNED = "the median is {value:.6g}: at 95% over half of all runs score exactly that ({k} of {n} here)"
@@ -67,20 +70,45 @@ def widen(
 
 def _quantiles(x: np.ndarray, q: Sequence[float]) -> list[np.ndarray]:
     """Linear-interpolation quantiles along the last axis ignoring NaN, vectorised (numpy's
-    nanpercentile loops over rows). NaN sorts last, so row r's finite values are its first n[r].
+    nanpercentile loops over rows). NaN orders last, so row r's finite values are its first n[r].
     Rows without a value (all NaN, or an empty last axis: a setting no trial scored) give NaN."""
     if x.shape[-1] == 0:  # no position to take, not even a NaN's
         return [np.full(x.shape[:-1], np.nan) for _ in q]
-    xs = np.sort(x, axis=-1)
-    n = np.isfinite(xs).sum(-1, keepdims=True)
-    out = []
-    for level in q:
-        pos = level * np.maximum(n - 1, 0)
-        low = np.floor(pos).astype(int)
-        high = np.minimum(low + 1, np.maximum(n - 1, 0))
+    n = np.isfinite(x).sum(-1, keepdims=True)
+    xs, out = _in_place_order(x, n, q), []
+    for pos, low, high in (_places(level, n) for level in q):
         a, b = np.take_along_axis(xs, low, -1), np.take_along_axis(xs, high, -1)
         out.append(np.where(n > 0, a + (pos - low) * (b - a), np.nan)[..., 0])
     return out
+
+
+def _places(level: float, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(position, the place below it, the place above) of a quantile among n ordered values."""
+    pos = level * np.maximum(n - 1, 0)
+    low = np.floor(pos).astype(int)
+    return pos, low, np.minimum(low + 1, np.maximum(n - 1, 0))
+
+
+def _in_place_order(x: np.ndarray, n: np.ndarray, q: Sequence[float]) -> np.ndarray:
+    """x with each row's values at the places the quantiles read being what a sort would put
+    there. Long rows: a partition at those places for each count of finite values (the places
+    depend on it), where sorting 2,000 resamples of 10,000 runs was a fifth of a leaderboard;
+    short ones sorted (numpy's vectorised sort is the faster below _PARTITION_FROM values)."""
+    if x.shape[-1] < _PARTITION_FROM:
+        return np.sort(x, axis=-1)
+    rows, counts = x.reshape(-1, x.shape[-1]), n.reshape(-1)
+
+    def at(count: int) -> np.ndarray:
+        return np.unique([p for level in q for p in _places(level, np.array(count))[1:]])
+
+    distinct = np.unique(counts)
+    if len(distinct) == 1:
+        return np.partition(x, at(int(distinct[0])), axis=-1)
+    out = np.empty_like(rows)
+    for count in distinct:
+        these = np.flatnonzero(counts == count)
+        out[these] = np.partition(rows[these], at(int(count)), axis=-1)
+    return out.reshape(x.shape)
 
 
 def reduce(x: np.ndarray, statistic: Statistic) -> np.ndarray:
