@@ -41,16 +41,17 @@ def test_p_a_beats_b_by_rank_is_the_pairwise_share(monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.parametrize("pairwise", [10**12, 0])
+@pytest.mark.parametrize("chunk", [1_000, 500])  # 2 rows a chunk; 1 row of 401 or 351: an odd count of draws
 def test_bootstrap_weights_drawn_in_chunks_give_the_same_replicates(
-    pairwise: int, monkeypatch: pytest.MonkeyPatch
+    pairwise: int, chunk: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    x, y = _arms(400, 350, 1)
+    x, y = _arms(401, 351, 1)
     monkeypatch.setattr(outperform, "PAIRWISE_CELLS", pairwise)
     whole = outperform.replicates(x, y, False, 40, np.random.default_rng(1))
-    monkeypatch.setattr(outperform, "CHUNK_CELLS", 1_000)  # 2-3 replicates a chunk, one stream
+    monkeypatch.setattr(outperform, "CHUNK_CELLS", chunk)  # one stream, taken a chunk at a time
     assert np.array_equal(outperform.replicates(x, y, False, 40, np.random.default_rng(1)), whole)
-    weights = outperform._weights(np.random.default_rng(2), 350, (40,))
-    assert weights.dtype == np.uint16 and (weights.sum(1) == 350).all()
+    weights = outperform._weights(np.random.default_rng(2), 351, (40,))
+    assert weights.dtype == np.uint16 and (weights.sum(1) == 351).all()
 
 
 def test_every_split_is_counted_exactly_up_to_the_limit_and_not_past_it() -> None:
@@ -96,9 +97,12 @@ def test_pairs_are_matched_once_and_a_seed_seen_twice_is_left_out() -> None:
 
 @pytest.mark.parametrize("sizes", [(6, 5), (7, 7), (40, 33), (124, 125)])  # every split, then drawn
 @pytest.mark.parametrize("decimals", [None, 1])
+@pytest.mark.parametrize("members_from", [0, 10**9])  # splits read as membership; as orders
 def test_the_sorted_rank_and_sum_forms_give_the_general_p(
-    sizes: tuple[int, int], decimals: int | None
+    sizes: tuple[int, int], decimals: int | None, members_from: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(exact, "_MEMBERS_FROM", members_from)
+    exact._RECENT.clear()
     x, y = _arms(*sizes, decimals)
     cases = [(x, y, s) for s in (exact.median_shift, exact.spread_shift, exact.mean_shift)]
     for xs, ys, statistic in [*cases, (*exact.ranked(x, y), exact.mean_shift)]:  # Mann-Whitney's ranks
@@ -109,21 +113,25 @@ def test_the_sorted_rank_and_sum_forms_give_the_general_p(
 
 @pytest.mark.parametrize("sizes", [(40, 33), (124, 125), (3, 250)])
 @pytest.mark.parametrize("members_from", [0, 10**9])
+@pytest.mark.parametrize("streamed", [True, False])
 def test_drawn_splits_as_members_are_the_orders_splits(
-    sizes: tuple[int, int], members_from: int, monkeypatch: pytest.MonkeyPatch
+    sizes: tuple[int, int], members_from: int, streamed: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Splits drawn as taken (a large pool) reach the rank and sum forms as arm A's membership, by a
-    partition of the keys, or as orders, and the general form as orders, by their argsort: the same
-    splits, the same p; each the p of the splits kept whole, read as orders."""
+    """Splits drawn as taken (a large pool), or kept, reach the rank and sum forms as arm A's
+    membership (of drawn keys by a partition, of kept orders by marking them) or as orders, and the
+    general form as orders: the same splits, the same p; each the p of the kept splits read as
+    orders."""
     x, y = _arms(*sizes, 1)
     cases = [(x, y, s) for s in (exact.median_shift, exact.spread_shift)]
     cases.append((*exact.ranked(x, y), exact.mean_shift))
     monkeypatch.setattr(exact, "_MEMBERS_FROM", 10**9)
     kept = [exact.permutation_p(xs, ys, s, resamples=3_000, seed=5) for xs, ys, s in cases]
     monkeypatch.setattr(exact, "_MEMBERS_FROM", members_from)
-    monkeypatch.setattr(splits, "_CACHED_LARGE", 0)
+    if streamed:
+        monkeypatch.setattr(splits, "_CACHED_LARGE", 0)
     monkeypatch.setattr(exact, "_CELLS", 40_000)  # several chunks of one stream
     for (xs, ys, statistic), p in zip(cases, kept, strict=True):
+        exact._RECENT.clear()  # ranked anew from this form, not read from the last test's
         assert exact.permutation_p(xs, ys, statistic, resamples=3_000, seed=5) == p, statistic.__name__
         assert exact.permutation_p(xs[None], ys[None], statistic, resamples=3_000, seed=5)[0] == p
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from suite.stats.design import Layout, layout, resample
+from suite.stats.design import Layout, bootstrap_reduced, bootstrap_samples, layout, resample, seeds
 from suite.stats.estimates import (
     design_bootstrap,
     expected_max,
@@ -495,16 +495,46 @@ def test_median_and_iqr_are_numpys_over_rows_with_and_without_gaps(
 ) -> None:
     """`reduce`'s median and IQR, which sort each row or partition it at the places they read, are
     numpy's nanmedian and nanpercentile row by row (to rounding: a + (b - a) / 2 for numpy's mean of
-    the two), over rows of one length and rows with NaN gaps of every count, with ties, 2-D and 3-D."""
-    monkeypatch.setattr(uncertainty, "_PARTITION_FROM", partition_from)
+    the two), over rows of one length and rows with NaN gaps of every count, with ties, 1-D to 3-D;
+    and the same values to the last digit either way."""
     rng = np.random.default_rng(7)
     for runs in (1, 2, 5, 10, 31):
         x = np.round(rng.normal(size=(40, runs)), 1)  # ties
         gappy = np.where(rng.random(x.shape) < rng.random((40, 1)), np.nan, x)
-        for rows in (x, gappy, gappy.reshape(4, 10, runs)):
+        for rows in (x, gappy, gappy.reshape(4, 10, runs), gappy[0]):
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN row: NaN either way
                 median = np.nanmedian(rows, axis=-1)
                 iqr = np.subtract(*np.nanpercentile(rows, [75, 25], axis=-1))
-            np.testing.assert_allclose(reduce(rows, "median"), median, rtol=1e-12, atol=1e-12)
-            np.testing.assert_allclose(reduce(rows, "iqr"), iqr, rtol=1e-12, atol=1e-12)
+            monkeypatch.setattr(uncertainty, "_PARTITION_FROM", 10**9)
+            sorted_ = [reduce(rows, s) for s in ("median", "iqr")]
+            monkeypatch.setattr(uncertainty, "_PARTITION_FROM", partition_from)
+            got = [reduce(rows, s) for s in ("median", "iqr")]
+            np.testing.assert_allclose(got[0], median, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(got[1], iqr, rtol=1e-12, atol=1e-12)
+            for a, b in zip(got, sorted_, strict=True):
+                np.testing.assert_array_equal(a, b)  # partitioned or sorted: the same values
+
+
+@pytest.mark.parametrize("shape", [(1, 301), (1, 4), (3, 40)])  # one subsample (chunked); several
+def test_a_bootstrap_reduced_chunk_by_chunk_is_the_whole_bootstrap_reduced(
+    shape: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`bootstrap_reduced` draws runs of one subsample a chunk of replicates at a time, from the same
+    stream: each reducer's replicates equal it applied to all of `bootstrap_samples`, bit for bit,
+    with failed runs, runs without a score, and a chunk that ends mid-way."""
+    records = independent_records(np.random.default_rng(4).normal(size=shape))
+    for i, r in enumerate(records):
+        r["outcome"] = "failed" if i % 7 == 0 else "completed"
+        r["score"] = float("nan") if i % 11 == 0 else r["score"]
+    reducers = [lambda rows, s=s: reduce(rows, s) for s in ("median", "mean", "std", "iqr")]
+    monkeypatch.setattr(seeds, "CHUNK_CELLS", 7 * shape[1])  # 7 replicates a chunk: 143 chunks of 1,000
+    lay = layout(records)
+    if shape[0] == 1:
+        assert len(list(seeds.resample_chunks(lay, 1000, 5))) == 143
+    for exclude in (False, True):
+        whole, unit, terms = bootstrap_samples(records, 1000, 5, exclude)
+        got, got_unit, got_terms = bootstrap_reduced(records, reducers, 1000, 5, exclude)
+        assert (got_unit, got_terms) == (unit, terms)
+        for f, replicates in zip(reducers, got, strict=True):
+            np.testing.assert_array_equal(replicates, f(whole))

@@ -105,8 +105,9 @@ def _beaten(xa: np.ndarray, xb: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 def _weights(rng: np.random.Generator, n: int, shape: tuple[int, ...]) -> np.ndarray:
     """Bootstrap weights (how often each of n runs is drawn), shape (*shape, n), summing to n: as
-    counts in the smallest type that holds n, drawn a chunk of rows at a time (the same draws:
-    one stream), as 1,000 x 100,000 draws at once held 3 GB of int64 beside them."""
+    unsigned counts in the smallest type that holds n (cast to float before any arithmetic),
+    drawn a chunk of rows at a time (the same draws: one stream), as 1,000 x 100,000 draws at
+    once held 3 GB of int64 beside them."""
     rows = math.prod(shape)
     counts = np.empty((rows, n), dtype=np.min_scalar_type(n))
     step = max(1, CHUNK_CELLS // max(n, 1))

@@ -54,7 +54,10 @@ def _two_sided(hi: np.ndarray, lo: np.ndarray, total: int, exact: bool) -> np.nd
 def permutation_p(
     x: np.ndarray, y: np.ndarray, statistic: Statistic, resamples: int = RESAMPLES, seed: int = 0
 ) -> np.ndarray:
-    """Two-sided p of statistic(x, y) (arm A, arm B: last axis runs) over splits of the pooled runs."""
+    """Two-sided p of statistic(x, y) (arm A, arm B: last axis runs) over splits of the pooled runs.
+    The median, spread and mean shifts of 1-D arms are computed in cheaper forms (`_ON_SORTED_RANKS`,
+    `_sums_of_a`) that sum in another order: the same p for ranks (exact sums), and within the
+    1e-9 tolerance of `_tails` on raw scores."""
     m, n = x.shape[-1], y.shape[-1]
     split = splits(m, n, resamples, seed)
     pooled = np.concatenate([x, y], axis=-1)
@@ -97,7 +100,7 @@ def _recent(key: tuple, make: Callable[[], tuple]) -> tuple:
 
 def _by_members(runs: int) -> bool:
     """Whether splits of this many pooled runs are read as arm A's membership (a pass over each
-    split's runs), not as orders (a gather and a sort of each arm): past _MEMBERS_FROM runs."""
+    split's runs), not as orders (a gather and a sort of each arm): from _MEMBERS_FROM runs."""
     return runs >= _MEMBERS_FROM
 
 

@@ -1,12 +1,14 @@
 """Layer 1, design: the seed design of one setting's runs and the bootstrap over it. Takes trial
 records; gives their scores laid out by seed (`layout`: a crossed init x order grid per subsample
-seed, or independent runs), resampled seed units (`resample`, `bootstrap_samples`), and each seed
-axis's share of the variance of a mean with the widening few seeds call for (`widening`). Every
+seed, or independent runs), resampled seed units (`resample`, `bootstrap_samples`,
+`bootstrap_reduced`), and each seed axis's share of the variance of a mean with the widening few
+seeds call for (`widening`). Every
 interval and test above resamples or counts these units, never runs as if independent."""
 
 from suite.stats.design.seeds import (
     Z95,
     Layout,
+    bootstrap_reduced,
     bootstrap_samples,
     by_setting,
     draw_indices,
@@ -23,6 +25,7 @@ from suite.stats.design.seeds import (
 __all__ = [
     "Z95",
     "Layout",
+    "bootstrap_reduced",
     "bootstrap_samples",
     "by_setting",
     "draw_indices",

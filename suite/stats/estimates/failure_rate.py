@@ -29,7 +29,7 @@ from scipy import stats
 
 from suite.stats.design import (
     Layout,
-    bootstrap_samples,
+    bootstrap_reduced,
     resample,
     stacked_terms,
     stacked_widening,
@@ -87,17 +87,20 @@ def stacked_failure_intervals(
     return failure_ci(rate, replicates, *stacked_terms(lay, grids))
 
 
+def _rate(samples: np.ndarray) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a replicate of empty cells only: dropped
+        return np.nanmean(samples, 1)
+
+
 def failure_interval(records: Sequence[TrialRecord], resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
     """{estimate, ci95, unit, method, widening} of the failure rate of runs `records` (errored and
     pruned trials are not runs), resampling the seed units of each setting as `intervals` does."""
     out: dict[str, Any] = {"estimate": None, "ci95": None, "unit": "runs", "method": METHOD, "widening": 1.0}
     if not records:
         return out
-    samples, unit, terms = bootstrap_samples(indicators(records), resamples, seed)
+    (replicates,), unit, terms = bootstrap_reduced(indicators(records), [_rate], resamples, seed)
     rate = float(np.mean([outcome(r) == "failed" for r in records]))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a replicate of empty cells only: dropped
-        replicates = np.nanmean(samples, 1)
     replicates = replicates[np.isfinite(replicates)]
     c = np.array([[t[0] for t in terms]]).reshape(1, -1)
     levels = np.array([t[1] for t in terms], dtype=float)

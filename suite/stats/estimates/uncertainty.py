@@ -28,7 +28,7 @@ from scipy import stats
 
 from suite.stats.design import (
     Layout,
-    bootstrap_samples,
+    bootstrap_reduced,
     kept_scores,
     resample,
     stacked_terms,
@@ -75,7 +75,7 @@ def _quantiles(x: np.ndarray, q: Sequence[float]) -> list[np.ndarray]:
     if x.shape[-1] == 0:  # no position to take, not even a NaN's
         return [np.full(x.shape[:-1], np.nan) for _ in q]
     n = np.isfinite(x).sum(-1, keepdims=True)
-    xs, out = _in_place_order(x, n, q), []
+    xs, out = _ordered_at_places(x, n, q), []
     for pos, low, high in (_places(level, n) for level in q):
         a, b = np.take_along_axis(xs, low, -1), np.take_along_axis(xs, high, -1)
         out.append(np.where(n > 0, a + (pos - low) * (b - a), np.nan)[..., 0])
@@ -89,7 +89,7 @@ def _places(level: float, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
     return pos, low, np.minimum(low + 1, np.maximum(n - 1, 0))
 
 
-def _in_place_order(x: np.ndarray, n: np.ndarray, q: Sequence[float]) -> np.ndarray:
+def _ordered_at_places(x: np.ndarray, n: np.ndarray, q: Sequence[float]) -> np.ndarray:
     """x with each row's values at the places the quantiles read being what a sort would put
     there. Long rows: a partition at those places for each count of finite values (the places
     depend on it), where sorting 2,000 resamples of 10,000 runs was a fifth of a leaderboard;
@@ -137,8 +137,10 @@ def design_bootstrap(
 ) -> tuple[np.ndarray, str]:
     """Seeded bootstrap replicates of a statistic of the runs' scores, resampling the units of the
     seed design, and the unit's label, e.g. "init x order seeds x subsample seeds"."""
-    samples, unit, _ = bootstrap_samples(records, resamples, seed, exclude_failed)
-    return reduce(samples, statistic), unit
+    (replicates,), unit, _ = bootstrap_reduced(
+        records, [lambda rows: reduce(rows, statistic)], resamples, seed, exclude_failed
+    )
+    return replicates, unit
 
 
 def percentile_ci(replicates: np.ndarray) -> list[float] | None:
@@ -255,7 +257,9 @@ def intervals(
     6, 10, the mean only 85.8-91.8% at N = 5-6 (92-93% at 3, 90.9-95.2% at 10): a sample in which
     no run collapsed says nothing of the collapse. 90% of 6 runs failed: 100% where an interval
     is given (the 54% of studies whose runs all failed get none; the old [b, b]: 46-47%)."""
-    samples, unit, terms = bootstrap_samples(records, resamples, seed, exclude_failed)
+    wanted = [name for name in STATISTICS[:4] if name in statistics]
+    reducers = [lambda rows, name=name: reduce(rows, name) for name in wanted]
+    replicates_of, unit, terms = bootstrap_reduced(records, reducers, resamples, seed, exclude_failed)
     factor, df = widening(terms)
     method = PERCENTILE + (f", widened x{factor:.2f} (t, {df:.1f} df) for few seeds" if df else "")
     x = kept_scores(records, exclude_failed)
@@ -263,9 +267,8 @@ def intervals(
     n = np.array([t[1] for t in terms], dtype=float)
     spread = not no_spread(x[None])[0]
     out: dict[str, dict[str, Any]] = {}
-    for name in (s for s in STATISTICS[:4] if s in statistics):
+    for name, replicates in zip(wanted, replicates_of, strict=True):
         estimate = float(reduce(x[None], name)[0]) if x.size > (name == "std") else None
-        replicates = reduce(samples, name)
         if name in ("median", "mean"):
             ci, how = None, method + (", each side at least the t interval of the mean" if df else "")
             if estimate is not None:
