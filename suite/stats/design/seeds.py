@@ -133,9 +133,17 @@ def draw_indices(lay: Layout, resamples: int, rng: np.random.Generator) -> tuple
     draws the padding)."""
     n_s, n_a, n_c = lay.grid.shape
     s = rng.integers(n_s, size=(resamples, n_s))
+    return s, _axis_draws(rng, lay, s, lay.a_count, n_a), _axis_draws(rng, lay, s, lay.c_count, n_c)
+
+
+def _axis_draws(
+    rng: np.random.Generator, lay: Layout, s: np.ndarray, counts: np.ndarray, width: int
+) -> np.ndarray:
+    """One seed axis's draws for the replicates of drawn subsample seeds `s`: once per replicate
+    where the axis's seeds are shared, else within each drawn subsample seed (`_within`)."""
     if lay.shared:
-        return s, rng.integers(n_a, size=(resamples, 1, n_a)), rng.integers(n_c, size=(resamples, 1, n_c))
-    return s, _within(rng, lay.a_count[s], n_a), _within(rng, lay.c_count[s], n_c)
+        return rng.integers(width, size=(len(s), 1, width))
+    return _within(rng, counts[s], width)
 
 
 def pad_grids(grids: np.ndarray) -> np.ndarray:
@@ -156,15 +164,25 @@ def resample(
     (simulations), each resampled on its own draws -> (T, resamples, S, A, C)."""
     if grids is None:
         s, a, c = draw_indices(lay, resamples, rng)
-        if lay.grid.shape[0] == lay.grid.shape[2] == 1:  # runs of one subsample: s and c are all 0
-            # one flat take, the same values: the (s, a, c) broadcast gather of 10,000 runs x 2,000
-            # resamples took most of a leaderboard's time
-            return np.take(_padded(lay)[0, :, 0], a[:, 0, :])[:, None, :, None]
+        if _one_subsample(lay):  # s and c are all 0
+            return _runs_drawn(lay, a)[:, None, :, None]
         return _padded(lay)[s[:, :, None, None], a[:, :, :, None], c[:, :, None, :]]
     s, a, c = draw_indices(lay, len(grids) * resamples, rng)
     t = np.repeat(np.arange(len(grids)), resamples)[:, None, None, None]
     out = pad_grids(grids)[t, s[:, :, None, None], a[:, :, :, None], c[:, :, None, :]]
     return out.reshape(len(grids), resamples, *out.shape[1:])
+
+
+def _one_subsample(lay: Layout) -> bool:
+    """Runs of one subsample seed, without order seeds crossed: their replicates are the runs' draws."""
+    return lay.grid.shape[0] == lay.grid.shape[2] == 1
+
+
+def _runs_drawn(lay: Layout, a: np.ndarray) -> np.ndarray:
+    """(rows, runs) replicates of runs of one subsample from their draws `a` (rows, 1, runs): one
+    flat take, where the (s, a, c) broadcast gather of 10,000 runs x 2,000 resamples took most of a
+    leaderboard's time. The same values."""
+    return np.take(_padded(lay)[0, :, 0], a[:, 0, :])
 
 
 def by_setting(records: Sequence[TrialRecord]) -> list[list[TrialRecord]]:
@@ -180,17 +198,8 @@ def bootstrap_samples(
 ) -> tuple[np.ndarray, str, list[tuple[float, int]]]:
     """(resamples, m) resampled scores (NaN = none), the resampling unit, and the seed axes'
     terms for `widening`. Records of several settings are resampled within each setting."""
-    rng = np.random.default_rng(seed)
-    blocks, units, terms = [], [], []
-    for group in by_setting(records):
-        lay = layout(group, exclude_failed)
-        blocks.append(resample(lay, resamples, rng).reshape(resamples, -1))
-        units.append(lay.unit)
-        terms += [(c * (len(group) / len(records)) ** 2, n) for c, n in _terms(lay)]
-    if not blocks:
-        return np.empty((resamples, 0)), "runs", []
-    unit = " | ".join(sorted(set(units))) + (", within each setting" if len(blocks) > 1 else "")
-    return (np.concatenate(blocks, axis=1) if len(blocks) > 1 else blocks[0]), unit, terms
+    laid = _laid_out(records, exclude_failed)
+    return _samples(laid, resamples, seed), *_unit_and_terms(records, laid)
 
 
 def bootstrap_reduced(
@@ -204,17 +213,39 @@ def bootstrap_reduced(
     replicates of each, the unit and the terms. Runs of one setting and one subsample seed are
     drawn and reduced CHUNK_CELLS values at a time (`resample_chunks`: the same draws), where 2,000
     resamples of 100,000 runs held 1.6 GB a copy and most of a leaderboard's page faults."""
-    groups = by_setting(records)
-    if len(groups) == 1 and _one_subsample(lay := layout(groups[0], exclude_failed)):
+    laid = _laid_out(records, exclude_failed)
+    if len(laid) == 1 and _one_subsample(lay := laid[0][1]):
         chunks = [[f(rows) for f in reducers] for rows in resample_chunks(lay, resamples, seed)]
-        return [np.concatenate(r) for r in zip(*chunks, strict=True)], lay.unit, _terms(lay)
-    samples, unit, terms = bootstrap_samples(records, resamples, seed, exclude_failed)
-    return [f(samples) for f in reducers], unit, terms
+        replicates = [np.concatenate(r) for r in zip(*chunks, strict=True)]
+    else:
+        samples = _samples(laid, resamples, seed)
+        replicates = [f(samples) for f in reducers]
+    return replicates, *_unit_and_terms(records, laid)
 
 
-def _one_subsample(lay: Layout) -> bool:
-    """Runs of one subsample seed, without order seeds crossed: their replicates are the runs' draws."""
-    return lay.grid.shape[0] == lay.grid.shape[2] == 1
+def _laid_out(records: Sequence[TrialRecord], exclude_failed: bool) -> list[tuple[list[TrialRecord], Layout]]:
+    return [(group, layout(group, exclude_failed)) for group in by_setting(records)]
+
+
+def _samples(laid: list[tuple[list[TrialRecord], Layout]], resamples: int, seed: int) -> np.ndarray:
+    """The settings' replicates side by side, each setting's drawn after the last's from one stream."""
+    rng = np.random.default_rng(seed)
+    blocks = [resample(lay, resamples, rng).reshape(resamples, -1) for _, lay in laid]
+    if not blocks:
+        return np.empty((resamples, 0))
+    return np.concatenate(blocks, axis=1) if len(blocks) > 1 else blocks[0]
+
+
+def _unit_and_terms(
+    records: Sequence[TrialRecord], laid: list[tuple[list[TrialRecord], Layout]]
+) -> tuple[str, list[tuple[float, int]]]:
+    """The resampling unit, and each setting's seed-axis terms weighted by its share of the runs."""
+    if not laid:
+        return "runs", []
+    unit = " | ".join(sorted({lay.unit for _, lay in laid})) + (
+        ", within each setting" if len(laid) > 1 else ""
+    )
+    return unit, [(c * (len(group) / len(records)) ** 2, n) for group, lay in laid for c, n in _terms(lay)]
 
 
 def resample_chunks(lay: Layout, resamples: int, seed: int) -> Iterator[np.ndarray]:
@@ -223,17 +254,11 @@ def resample_chunks(lay: Layout, resamples: int, seed: int) -> Iterator[np.ndarr
     replicate's runs after the last's (and the subsample and order seeds, one level each, nothing
     that moves a value)."""
     rng = np.random.default_rng(seed)
-    n_s, n_a, n_c = lay.grid.shape
+    n_s, n_a, _ = lay.grid.shape
     s = rng.integers(n_s, size=(resamples, n_s))  # all 0: draws nothing from the stream
-    runs = _padded(lay)[0, :, 0]
     step = max(1, CHUNK_CELLS // max(n_a, 1))
     for start in range(0, resamples, step):
-        rows = s[start : start + step]
-        if lay.shared:
-            a = rng.integers(n_a, size=(len(rows), 1, n_a))
-        else:
-            a = _within(rng, lay.a_count[rows], n_a)
-        yield np.take(runs, a[:, 0, :])
+        yield _runs_drawn(lay, _axis_draws(rng, lay, s[start : start + step], lay.a_count, n_a))
 
 
 def _terms(lay: Layout) -> list[tuple[float, int]]:
