@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +32,22 @@ def make_report(
         raise SuiteError(f"{run_dir}: no trials.jsonl here (expected a runs/<task>/<model> folder)")
     if not template.is_file():
         raise SuiteError(f"{template}: report template not found")
-    board = run_dir / "leaderboard.json"
-    if not current(board, [run_dir]):  # as `run` wrote it from these trials with this code, or anew
-        from suite.outputs.leaderboard import write_leaderboard
+    with _started_kernel(run_dir, template) as kernel:  # it starts while the parent reads
+        board = run_dir / "leaderboard.json"
+        if not current(board, [run_dir]):  # as `run` wrote it from these trials with this code, or anew
+            from suite.outputs.leaderboard import write_leaderboard
 
-        write_leaderboard([run_dir], board)
-
-    notebook = nbformat.read(template, as_version=4)
-    for cell in notebook.cells:  # papermill-style: the `parameters` cell gets the run folder
-        if "parameters" in cell.get("metadata", {}).get("tags", []):
-            cell.source = f"RUN_DIR = {str(run_dir)!r}\nENTRY_FIGURES = {int(entry_figures)}"
-    # the HTML exporter is made and warmed on the unexecuted template while the kernel runs the
-    # cells: the parent only waits on the kernel then, and its imports and first render cost 0.6 s
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        warmed = pool.submit(_warm_exporter, copy.deepcopy(notebook))
-        _run_cells(notebook, run_dir, timeout_s, template)
-        exporter = warmed.result()
+            write_leaderboard([run_dir], board)
+        notebook = nbformat.read(template, as_version=4)
+        for cell in notebook.cells:  # papermill-style: the `parameters` cell gets the run folder
+            if "parameters" in cell.get("metadata", {}).get("tags", []):
+                cell.source = f"RUN_DIR = {str(run_dir)!r}\nENTRY_FIGURES = {int(entry_figures)}"
+        # the HTML exporter is made and warmed on the unexecuted template while the kernel runs the
+        # cells: the parent only waits on the kernel then, and its imports and first render cost 0.6 s
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            warmed = pool.submit(_warm_exporter, copy.deepcopy(notebook))
+            _run_cells(notebook, kernel, run_dir, timeout_s, template)
+            exporter = warmed.result()
     executed = run_dir / "report.ipynb"
     nbformat.write(notebook, executed)
     html, _ = exporter.from_notebook_node(notebook)
@@ -54,13 +56,44 @@ def make_report(
     return executed, page
 
 
-def _run_cells(notebook: Any, run_dir: Path, timeout_s: int, template: Path) -> None:
+@contextmanager
+def _started_kernel(run_dir: Path, template: Path) -> Iterator[Any]:
+    """A python3 kernel started in the run folder, reached over Unix sockets in a private folder
+    (IPC), not local TCP ports: nothing listens on the network, and ipykernel prints no "running
+    over TCP without encryption" warning before the report's own lines. Started first, its half
+    second of start-up runs beside the parent's reading; killed on the way out, however it ends."""
+    from jupyter_client import AsyncKernelManager
+    from jupyter_client.kernelspec import NoSuchKernel
+    from jupyter_core.utils import run_sync
+    from traitlets.config import Config
+
+    with tempfile.TemporaryDirectory(prefix="suite-kernel-") as sockets:
+        ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
+        kernel = AsyncKernelManager(kernel_name="python3", config=ipc)
+        try:  # history in memory, as nbclient starts a kernel: nothing written to ~/.ipython
+            run_sync(kernel.start_kernel)(
+                cwd=str(run_dir), extra_arguments=["--HistoryManager.hist_file=:memory:"]
+            )
+        except NoSuchKernel:
+            raise SuiteError(_NO_KERNEL.format(template=template.name)) from None
+        try:
+            yield kernel
+        finally:
+            if run_sync(kernel.is_alive)():
+                run_sync(kernel.shutdown_kernel)(now=True)
+            run_sync(kernel.cleanup_resources)()
+
+
+_NO_KERNEL = "{template}: no 'python3' Jupyter kernel is installed (pip install ipykernel)"
+
+
+def _run_cells(notebook: Any, kernel: Any, run_dir: Path, timeout_s: int, template: Path) -> None:
     """Execute the notebook, each way it can fail one line naming the template."""
     from jupyter_client.kernelspec import NoSuchKernel
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     try:
-        _execute(notebook, run_dir, timeout_s)
+        _execute(notebook, kernel, run_dir, timeout_s)
     except CellExecutionError as err:
         raise SuiteError(
             f"{template.name}: a report cell failed: {str(err).strip().splitlines()[-1]}"
@@ -75,32 +108,23 @@ def _run_cells(notebook: Any, run_dir: Path, timeout_s: int, template: Path) -> 
             "no report written"
         ) from None
     except NoSuchKernel:
-        raise SuiteError(
-            f"{template.name}: no 'python3' Jupyter kernel is installed (pip install ipykernel)"
-        ) from None
+        raise SuiteError(_NO_KERNEL.format(template=template.name)) from None
 
 
-def _execute(notebook: Any, run_dir: Path, timeout_s: int) -> None:
-    """Run every cell in a kernel reached over Unix sockets in a private folder (IPC), not local
-    TCP ports: nothing listens on the network, and ipykernel prints no "running over TCP without
-    encryption" warning before the report's own lines."""
+def _execute(notebook: Any, kernel: Any, run_dir: Path, timeout_s: int) -> None:
+    """Run every cell in the started kernel, which nbclient kills once they have run: a graceful
+    shutdown waits a second on it, and nothing it would do on its way out is kept."""
     from nbclient import NotebookClient
-    from traitlets.config import Config
 
-    with tempfile.TemporaryDirectory(prefix="suite-kernel-") as sockets:
-        # nbclient's own kernel manager (it shuts the kernel down), configured for IPC
-        ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
-        client = NotebookClient(
-            notebook,
-            timeout=timeout_s,
-            kernel_name="python3",
-            config=ipc,
-            resources={"metadata": {"path": str(run_dir)}},
-            # killed once the cells have run, not asked to shut down: a graceful shutdown waits
-            # a second on the kernel, and nothing it would do on its way out is kept
-            shutdown_kernel="immediate",
-        )
-        client.execute()
+    client = NotebookClient(
+        notebook,
+        km=kernel,
+        timeout=timeout_s,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(run_dir)}},
+        shutdown_kernel="immediate",
+    )
+    client.execute(cleanup_kc=True)
 
 
 # nbconvert's lab page without the scripts it fetches from a CDN (require.js, MathJax, mermaid):
