@@ -48,6 +48,7 @@ WHEELS = [
     "pydantic", "pydantic-core", "annotated-types", "typing-inspection",
     "datasets", "dill", "multiprocess",
     "pytorch-crf", "submitit", "jsonschema", "jsonschema-specifications", "referencing", "rpds-py",
+    "orjson",
 ]  # fmt: skip
 BUILT = ["seqeval"]
 # What the checks import, each checked before they start.
@@ -65,6 +66,7 @@ NEEDED = [
 NEEDED += [
     "submitit",
     "jsonschema",
+    "orjson",
     "sklearn",
     "scipy",
     "statsmodels",

@@ -188,3 +188,24 @@ def test_matches_deepsig_at_its_defaults() -> None:
         theirs = float(deepsig_aso(a, b, seed=0, show_progress=False))
     assert epsilon_min(a, b, nboot=20_000) == pytest.approx(theirs, abs=0.02)
     assert np.mean([epsilon_min(a, b, seed=s) for s in range(5)]) == pytest.approx(theirs, abs=0.02)
+
+
+@pytest.mark.parametrize("cells", [1, 7 * 23, 10**9])
+def test_bootstrap_in_chunks_of_replicates_is_the_whole_bootstrap(monkeypatch, cells: int) -> None:  # noqa: ANN001
+    """Replicates resampled a chunk at a time (one replicate, an odd number, all at once) give the
+    violation ratios of every replicate resampled at once, bit for bit, over leading axes too."""
+    import suite.stats.compare.stochastic_order as so
+
+    rng = np.random.default_rng(5)
+    xa, xb = rng.normal(size=(3, 9)), rng.normal(0.3, 1.5, size=(3, 14))
+    draws = rng.integers(0, 9, (3, 50, 9)), rng.integers(0, 14, (3, 50, 14))
+    whole = so.violation_ratio(
+        *(
+            np.take_along_axis(np.sort(x, axis=-1)[..., None, :], d, axis=-1)
+            for x, d in zip((xa, xb), draws, strict=True)
+        )
+    )
+    monkeypatch.setattr(so, "_CELLS", cells)
+    assert so._replicate_ratios(xa, xb, draws, so.DT).tobytes() == whole.tobytes()
+    ratio, sigma, scale = bootstrap(xa, xb, draws=draws)
+    assert sigma.tobytes() == np.std(scale * (whole - ratio[..., None]), axis=-1).tobytes()

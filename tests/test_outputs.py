@@ -1,6 +1,7 @@
 """Leaderboard JSON (schema-validated), the executed report notebook, and `suite compare`."""
 
 import json
+import random
 import shutil
 from pathlib import Path
 
@@ -189,6 +190,29 @@ def test_trials_read_as_one_array_are_the_lines_each_parsed(tmp_path: Path) -> N
         read_jsonl(path)
     path.write_text('{"a": 1}\n1, 2\n')  # one JSON value a line: two on a line is refused
     with pytest.raises(SuiteError, match=r"Extra data in trials.jsonl \(line 2\)"):
+        read_jsonl(path)
+
+
+@pytest.mark.parametrize("nan_at", [None, 0, 250])
+def test_trials_read_in_parts_or_with_nan_are_each_line_parsed(tmp_path: Path, nan_at: int | None) -> None:
+    """orjson reads 100 lines a call, across parts; a NaN (older code wrote them), which orjson
+    refuses, anywhere: the file as the standard library reads it, each value as parsing its line."""
+    from suite.study.records import _LINES_A_CALL
+
+    draw = random.Random(0).random
+    lines = [
+        json.dumps({"key": f"t{k}", "score": draw(), "curve": [draw(), draw() * 1e-300, -draw()], "n": k})
+        for k in range(2 * _LINES_A_CALL + 57)
+    ]
+    if nan_at is not None:
+        lines[nan_at] = json.dumps({"key": "nan", "score": float("nan"), "loss": [1.5, float("inf")]})
+    path = tmp_path / "trials.jsonl"
+    path.write_text("\n".join(lines[:150]) + "\n\n" + "\n".join(lines[150:]) + "\n")  # a blank line too
+    got, expected = read_jsonl(path), [json.loads(line) for line in lines]
+    assert json.dumps(got) == json.dumps(expected)  # as text: NaN != NaN; floats to the last digit
+    assert [type(r["score"]) for r in got] == [float] * len(lines)
+    path.write_text("\n".join(lines[:130]) + '\n{"a": 1} {"b": 2}\n' + "\n".join(lines[130:]) + "\n")
+    with pytest.raises(SuiteError, match=r"Extra data in trials.jsonl \(line 131\)"):
         read_jsonl(path)
 
 
