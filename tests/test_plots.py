@@ -342,3 +342,29 @@ def test_the_expected_max_curve_is_drawn_at_points_a_reader_can_tell_apart() -> 
     figure = expected_max_curve(records, "accuracy")
     assert len(figure.axes[0].lines[0].get_xdata()) == len(plots.curve_points(400))
     plt.close(figure)
+
+
+def test_the_frame_has_a_row_a_run_as_pandas_builds_rows_of_dicts() -> None:
+    """Built column by column, the frame is what a row of dicts a run made: the same columns in
+    first-seen order, NaN for a seed a run lacks and for a run without a score (a float column),
+    errored trials left out, a label per full setting; no run: the columns, empty."""
+    import pandas as pd
+
+    records = _records(4)
+    for r, lr in zip(records, (2e-5, 3e-5, 2e-5, 3e-5), strict=True):
+        r["hparams"] = {"lr": lr, "batch_size": 8, "epochs": 3}
+    records[1]["seeds"] = {"order": 5, "init": 1}  # no subsample seed
+    records[2]["score"] = None
+    errored = {**records[3], "outcome": "errored", "score": None}
+    got = plots.frame([*records, errored])
+    rows = [
+        {"score": None if r["score"] is None else 100 * r["score"], "failed": False, "size": "500",
+         "setting": f"lr={r['hparams']['lr']:g}", **r["hparams"],
+         **{f"{k}_seed": v for k, v in r["seeds"].items()}}
+        for r in records
+    ]  # fmt: skip
+    pd.testing.assert_frame_equal(got, pd.DataFrame(rows), check_exact=True)
+    assert (
+        got["subsample_seed"].isna().tolist() == [False, True, False, False] and got["score"].dtype == float
+    )
+    assert list(plots.frame([errored]).columns) == plots.FRAME_COLUMNS and plots.frame([]).empty

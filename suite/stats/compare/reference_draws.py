@@ -38,17 +38,18 @@ def _rows(seed: int, bounds: Sequence[int], nboot: int, words: int) -> list[np.n
     for k in {k for k in bounds if k > 1}:
         mask = np.uint32((1 << (k - 1).bit_length()) - 1)
         kept[k] = mask, np.flatnonzero((stream & mask) <= k - 1)
-    starts = np.zeros((len(bounds), nboot), dtype=np.int64)  # per draw (bound), its first kept word
+    drawing = [(k, kept[k][1], len(kept[k][1]) - k) for k in bounds if k > 1]  # (bound, words, last start)
+    firsts = []  # per replicate and drawing bound in turn, its first kept word
     at = 0  # the next word of the stream
-    for b in range(nboot):
-        for j, k in enumerate(bounds):
-            if k <= 1:
-                continue
-            first = int(np.searchsorted(kept[k][1], at))
-            if first + k > len(kept[k][1]):
+    for _ in range(nboot):  # the loop's own cost: each draw starts where the last ended
+        for k, positions, last in drawing:
+            first = int(positions.searchsorted(at))
+            if first > last:
                 return None
-            starts[j, b] = first
-            at = int(kept[k][1][first + k - 1]) + 1
+            firsts.append(first)
+            at = int(positions[first + k - 1]) + 1
+    starts = np.zeros((len(bounds), nboot), dtype=np.int64)  # per draw (bound), its first kept word
+    starts[[j for j, k in enumerate(bounds) if k > 1]] = np.reshape(firsts, (nboot, len(drawing))).T
     out = []
     for j, k in enumerate(bounds):
         if k <= 1:

@@ -146,7 +146,9 @@ def _reducers(names: Sequence[str]) -> list[Callable[[np.ndarray], np.ndarray]]:
 
     by_quartiles = ("median", "iqr")
     shared = set(by_quartiles) <= set(names)
-    return [partial(quartile if shared and name in by_quartiles else reduce, statistic=name) for name in names]
+    return [
+        partial(quartile if shared and name in by_quartiles else reduce, statistic=name) for name in names
+    ]
 
 
 def design_bootstrap(
