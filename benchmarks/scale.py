@@ -96,6 +96,16 @@ def timed(argv: list[str], code: Path, cwd: Path, timeout: float) -> tuple[float
     return seconds, done[2].ru_maxrss / 1024
 
 
+def warm(*folders: Path) -> None:
+    """Read each study's files once before a code's commands: measured first, on a cold page
+    cache, the same code took up to 2 s longer at 10,000 trials than measured second."""
+    for folder in folders:
+        for path in sorted(p for p in folder.iterdir() if p.is_file()):
+            with path.open("rb") as f:
+                while f.read(1 << 24):
+                    pass
+
+
 def command_line(name: str, folder: Path, twin: Path, out: Path) -> list[str]:
     suite = [sys.executable, "-m", "suite"]
     return {
@@ -115,6 +125,7 @@ def measure(args: argparse.Namespace, codes: dict[str, Path], seed_folder: Path)
         for n in args.sizes:
             folder, twin = (build(args.data, seed_folder, shape, n, t) for t in (False, True))
             for label, code in codes.items():
+                warm(folder, twin)
                 out = Path(tempfile.mkdtemp(prefix=f"scale-{label}-"))
                 for name in COMMANDS:
                     smaller = [results.get((label, shape, m, name), ()) for m in args.sizes if m < n]
