@@ -97,8 +97,8 @@ def timed(argv: list[str], code: Path, cwd: Path, timeout: float) -> tuple[float
 
 
 def warm(*folders: Path) -> None:
-    """Read each study's files once before a code's commands: measured first, on a cold page
-    cache, the same code took up to 2 s longer at 10,000 trials than measured second."""
+    """Read each study's files once before a code's commands, so that neither code's first
+    command reads them from disk while the other's finds them in the page cache."""
     for folder in folders:
         for path in sorted(p for p in folder.iterdir() if p.is_file()):
             with path.open("rb") as f:
