@@ -209,10 +209,11 @@ def bootstrap_reduced(
     seed: int = 0,
     exclude_failed: bool = False,
 ) -> tuple[list[np.ndarray], str, list[tuple[float, int]]]:
-    """`bootstrap_samples` with each of `reducers` ((rows, m) -> (rows,)) applied: the (resamples,)
-    replicates of each, the unit and the terms. Runs of one setting and one subsample seed are
-    drawn and reduced CHUNK_CELLS values at a time (`resample_chunks`: the same draws), where 2,000
-    resamples of 100,000 runs held 1.6 GB a copy and most of a leaderboard's page faults."""
+    """`bootstrap_samples` with each of `reducers` ((rows, m) -> (rows, ...)) applied: the
+    (resamples, ...) replicates of each, the unit and the terms. Runs of one setting and one
+    subsample seed are drawn and reduced CHUNK_CELLS values at a time (`resample_chunks`: the
+    same draws), where 2,000 resamples of 100,000 runs held 1.6 GB a copy and most of a
+    leaderboard's page faults."""
     laid = _laid_out(records, exclude_failed)
     if len(laid) == 1 and _one_subsample(lay := laid[0][1]):
         chunks = [[f(rows) for f in reducers] for rows in resample_chunks(lay, resamples, seed)]

@@ -20,7 +20,6 @@ Every interval here is *across seeds*, never across the examples of one dev set.
 from __future__ import annotations
 
 import warnings
-import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -130,25 +129,15 @@ def reduce(x: np.ndarray, statistic: Statistic) -> np.ndarray:
         return {"mean": np.nanmean, "max": np.nanmax, "min": np.nanmin}[statistic](x, axis=-1)
 
 
-def _reducers(names: Sequence[str]) -> list[Callable[[np.ndarray], np.ndarray]]:
-    """`reduce` by each of `names`; where both the median and the IQR are asked, the two read one
-    partition of the same rows at the three quartiles (the same values: each reading its own, the
-    partitions were a tenth of a 10,000-run leaderboard)."""
-    # the rows last partitioned, by a weak reference (a freed chunk is never taken for the next
-    # one), and their quartiles
-    last: list[Any] = [lambda: None, None]
-
-    def quartile(rows: np.ndarray, statistic: str) -> np.ndarray:
-        if last[0]() is not rows:
-            last[:] = weakref.ref(rows), _quantiles(rows, [0.25, 0.5, 0.75])
-        q1, median, q3 = last[1]
-        return median if statistic == "median" else q3 - q1
-
-    by_quartiles = ("median", "iqr")
-    shared = set(by_quartiles) <= set(names)
-    return [
-        partial(quartile if shared and name in by_quartiles else reduce, statistic=name) for name in names
-    ]
+def _reduce_each(rows: np.ndarray, names: Sequence[str]) -> np.ndarray:
+    """(rows, len(names)): `reduce` by each of `names`; where both the median and the IQR are
+    asked, the two read one partition of the rows at the three quartiles (the same values: each
+    reading its own, the partitions were a tenth of a 10,000-run leaderboard)."""
+    shared: dict[str, np.ndarray] = {}
+    if {"median", "iqr"} <= set(names):
+        q1, shared["median"], q3 = _quantiles(rows, [0.25, 0.5, 0.75])
+        shared["iqr"] = q3 - q1
+    return np.stack([shared[name] if name in shared else reduce(rows, name) for name in names], axis=-1)
 
 
 def design_bootstrap(
@@ -281,8 +270,9 @@ def intervals(
     no run collapsed says nothing of the collapse. 90% of 6 runs failed: 100% where an interval
     is given (the 54% of studies whose runs all failed get none; the old [b, b]: 46-47%)."""
     wanted = [name for name in STATISTICS[:4] if name in statistics]
-    reducers = _reducers(wanted)
-    replicates_of, unit, terms = bootstrap_reduced(records, reducers, resamples, seed, exclude_failed)
+    reducers = [partial(_reduce_each, names=wanted)] if wanted else []  # one reducer: one partition
+    found, unit, terms = bootstrap_reduced(records, reducers, resamples, seed, exclude_failed)
+    replicates_of = list(found[0].T) if wanted else []
     factor, df = widening(terms)
     method = PERCENTILE + (f", widened x{factor:.2f} (t, {df:.1f} df) for few seeds" if df else "")
     x = kept_scores(records, exclude_failed)
