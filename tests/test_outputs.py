@@ -351,10 +351,18 @@ def test_a_report_whose_kernel_times_out_or_dies_is_one_line(
         "no kernel": NoSuchKernel("python3"),
     }[error]
 
-    def execute(self, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    def fail(self, **kwargs):  # noqa: ANN001, ANN003, ANN202
         raise raised
 
-    monkeypatch.setattr(nbclient.NotebookClient, "execute", execute)
+    async def fail_to_start(self, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        raise raised
+
+    if error == "no kernel":  # where a missing kernel is found: starting it, before any cell
+        from jupyter_client import AsyncKernelManager
+
+        monkeypatch.setattr(AsyncKernelManager, "start_kernel", fail_to_start)
+    else:
+        monkeypatch.setattr(nbclient.NotebookClient, "execute", fail)
     run = write_run(tmp_path / "run", grid=ONE_SETTING)
     assert main(["report", str(run)]) == 2
     err = capsys.readouterr().err

@@ -88,8 +88,8 @@ _NO_KERNEL = "{template}: no 'python3' Jupyter kernel is installed (pip install 
 
 
 def _run_cells(notebook: Any, kernel: Any, run_dir: Path, timeout_s: int, template: Path) -> None:
-    """Execute the notebook, each way it can fail one line naming the template."""
-    from jupyter_client.kernelspec import NoSuchKernel
+    """Execute the notebook, each way it can fail one line naming the template (a missing kernel
+    fails before, as `_started_kernel` starts it)."""
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     try:
@@ -107,8 +107,6 @@ def _run_cells(notebook: Any, kernel: Any, run_dir: Path, timeout_s: int, templa
             f"{template.name}: the Jupyter kernel died while running the report (out of memory?); "
             "no report written"
         ) from None
-    except NoSuchKernel:
-        raise SuiteError(_NO_KERNEL.format(template=template.name)) from None
 
 
 def _execute(notebook: Any, kernel: Any, run_dir: Path, timeout_s: int) -> None:
