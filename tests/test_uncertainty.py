@@ -5,6 +5,7 @@ if independent, a same-n comparison against the shrinking CI of our own median).
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import warnings
 
@@ -538,3 +539,18 @@ def test_a_bootstrap_reduced_chunk_by_chunk_is_the_whole_bootstrap_reduced(
         assert (got_unit, got_terms) == (unit, terms)
         for f, replicates in zip(reducers, got, strict=True):
             np.testing.assert_array_equal(replicates, f(whole))
+
+
+@pytest.mark.parametrize(
+    "runs", [(1, 7), (1, 2_500), (3, 40)]
+)  # sorted rows; partitioned; several subsamples
+def test_each_interval_is_the_same_asked_alone_or_with_the_others(runs: tuple[int, int]) -> None:
+    """The median and IQR asked together read one partition of each chunk of replicates; asked
+    alone, each its own: the same interval to the last digit, and the others' too."""
+    records = independent_records(np.round(np.random.default_rng(11).normal(size=runs), 2))  # ties
+    together = intervals(records)
+    for name in ("median", "iqr", "mean", "std"):
+        alone = intervals(records, statistics=[name])
+        assert json.dumps(alone[name], sort_keys=True) == json.dumps(together[name], sort_keys=True), name
+    pair = intervals(records, statistics=["iqr", "median"])
+    assert json.dumps(pair, sort_keys=True) == json.dumps({k: together[k] for k in pair}, sort_keys=True)
