@@ -15,6 +15,7 @@ from suite.outputs.run_folder import summary_rows, write_outputs
 from suite.study.offload import hand_back, start_child, tell
 from suite.study.setup import Setup, refuse_early
 from suite.study.supervise import (
+    FOLDER_ENV,
     GO,
     Stopped,
     grace_s,
@@ -212,8 +213,8 @@ def work_joined(study: Any, s: Setup) -> int:
     torch.set_num_threads(s.threads)
     join_checked(study, s)
     study.pruner = s.sweep.make_pruner()  # a loaded study has Optuna's default pruner, not the sweep's
-    try:
-        run_worker(study, s, progress=not s.request.quiet)
+    try:  # a worker `run` started leaves the kept files' warning to `run`, which read the same places
+        run_worker(study, s, progress=not s.request.quiet, warn_kept=not os.environ.get(FOLDER_ENV))
     except KeyboardInterrupt:
         if not s.request.quiet:  # a worker `run` started is quiet: `run` speaks for the study
             print(interrupted_note(study, planned_count(s)), file=sys.stderr)

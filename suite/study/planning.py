@@ -31,7 +31,7 @@ def plan_study(
     """Check every input, then open the request's study and queue its plan; nothing is written
     before the checks pass (a refused study is one line, exit 2). `on_workers`: `setup_study`'s."""
     from suite.study.lock import study_lock
-    from suite.study.pending import pending_dirs, storage_faults, tell_kept
+    from suite.study.pending import Keeping, pending_dirs, storage_faults, study_uid, tell_kept
     from suite.study.plan import enqueue_plan, note_repeated_runs
     from suite.study.preflight import check_writable, make_run_folder
     from suite.study.storage import open_storage
@@ -46,7 +46,8 @@ def plan_study(
     # under it too: Optuna's creation of its tables is not safe against a concurrent one.
     with study_lock(s.url, s.name), storage_faults(s.url):
         study = open_or_resume(open_storage(s.url), s)
-        tell_kept(study, pending_dirs(s.url, s.folder), conclude)  # kept records: not planned again
+        keeping = Keeping(pending_dirs(s.url, s.folder), study_uid(study, locked=True))  # given if new
+        tell_kept(study, keeping, conclude)  # kept records: not planned again
         if "run_info" not in study.user_attrs:  # the study's creation is its provenance
             info = run_info(s.task, s.sweep, request.profile, s.model, s.prepared)
             study.set_user_attr(

@@ -11,7 +11,6 @@ import functools
 import json
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -23,7 +22,7 @@ from suite.errors import SuiteError
 from suite.faults import reach
 from suite.heads.registry import PreparedTask
 from suite.study.memory import release, reset_peak, trimming
-from suite.study.pending import tell_or_keep
+from suite.study.pending import Keeping, keeping_for, tell_or_keep
 from suite.study.plan import held_keys, proposing_sampler, replicate_plans, retry_attrs, trial_attrs
 from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
 from suite.study.records import outcome, run_key
@@ -112,11 +111,11 @@ def work(
     progress: bool = True,
     on_done: Any = None,
     tracking: Any = None,
-    kept_in: list[Path] | None = None,
+    keeping: Keeping | None = None,
 ) -> int:
     """Run queued trials until the study is complete; returns how many this worker ran.
     `tracking` (suite/study/trackers.py) logs each ended trial to the `--log-to` trackers;
-    `kept_in`: where a record the storage would not take is kept (suite/study/pending.py).
+    `keeping`: where a record the storage would not take is kept, for which study (suite/study/pending.py).
 
     Waits while other workers' trials are running: a dead worker's trial turns stale after its
     grace period and comes back to the queue. Each trial's objects are freed before the next one
@@ -124,8 +123,11 @@ def work(
     """
     from optuna.storages._heartbeat import get_heartbeat_thread  # the heartbeat optimize() uses
 
+    from suite.study.lock import storage_url
+
     ran = 0
     heartbeat = int(os.environ.get(HEARTBEAT_ENV, "30"))
+    keeping = keeping or keeping_for(study, storage_url(study._storage), None)  # before a write can fail
     baseline = task.baseline[task.spec.metric.main]
     with stops_held():  # a stop lands while a trial trains or while this worker waits, never mid-pop
         while True:
@@ -162,7 +164,7 @@ def work(
                     finally:
                         release()  # before the next trial builds its module, optimizer and trainer
                 reach("tell", trial.user_attrs["key"])
-                tell_or_keep(study, trial, record, baseline, conclude, kept_in)  # a failed write: kept
+                tell_or_keep(study, trial, record, baseline, conclude, keeping)  # a failed write: kept
             except (KeyboardInterrupt, SystemExit) as err:  # Lightning turns Ctrl-C into SystemExit(1)
                 if trial is not None and not study._storage.get_trial(trial._trial_id).state.is_finished():
                     _put_back(study, trial)

@@ -129,11 +129,13 @@ def interrupted_note(study: Any, planned: int, running: str | None = None) -> st
     )
 
 
-def run_worker(study: Any, s: Setup, progress: bool) -> int:
+def run_worker(study: Any, s: Setup, progress: bool, warn_kept: bool = False) -> int:
+    """Run queued trials of `study` until none is left, after telling it the records kept for it;
+    `warn_kept`: name the kept files left as not this study's (the process that planned has)."""
     from tqdm.auto import tqdm
 
     from suite.study.memory import allocator
-    from suite.study.pending import pending_dirs, storage_faults, tell_kept
+    from suite.study.pending import keeping_for, storage_faults, tell_kept
     from suite.study.plan import finished_records
     from suite.study.progress import study_progress
     from suite.study.queue import queue_lock
@@ -167,13 +169,13 @@ def run_worker(study: Any, s: Setup, progress: bool) -> int:
         bar.update()
 
     tracking = trackers(s, study.study_name)
-    kept_in = pending_dirs(s.url, s.folder)
     try:
         with storage_faults(s.url):  # taking a trial on a full disk: one line too
+            keeping = keeping_for(study, s.url, s.folder)
             with queue_lock(study):  # records kept here by a failed write (unless `run` told them)
-                tell_kept(study, kept_in, conclude)
+                tell_kept(study, keeping, conclude, warn=warn_kept)
             return work(
-                study, s.prepared, s.model, s.sweep, stamp, s.trainer, progress, done, tracking, kept_in
+                study, s.prepared, s.model, s.sweep, stamp, s.trainer, progress, done, tracking, keeping
             )
     finally:
         bar.close()
