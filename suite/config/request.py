@@ -7,12 +7,41 @@ Nothing below the commands mutates it or reads an `argparse.Namespace`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.errors import SpecError
 
 TRAINER_OPTIONS = ("accelerator", "devices", "strategy", "precision")
+
+# A task's name and a model's slug become folders (`--out/<task>/<model>`): each must be one folder
+# name, so that no spec or flag can nest folders, climb out of --out or replace it.
+SEGMENT_RULE = "one folder name: no '/', '\\', NUL or line break, and not '.', '..' or empty"
+_NOT_IN_A_SEGMENT = ("/", "\\", "\0", "\n", "\r")
+
+
+def segment_problem(text: str) -> str | None:
+    """Why `text` cannot be one folder name under --out; None where it can (dots inside a name,
+    spaces and any other Unicode are fine)."""
+    if text in ("", ".", "..") or any(c in text for c in _NOT_IN_A_SEGMENT):
+        return f"{text!r} is not {SEGMENT_RULE}"
+    return None
+
+
+def model_slug(model: str) -> str:
+    """The folder a model's runs sit in under their task's: a local folder by its own name, any
+    other name with the characters a folder name should not hold made `_`."""
+    name = Path(model).name if "/" in model and Path(model).exists() else model
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def model_problem(model: str) -> str | None:
+    """Why a model's runs could not sit in a folder of their own (`..`, `.`, `/`, `./` or an empty
+    name); None where they can."""
+    if segment_problem(slug := model_slug(model)):
+        return f"its runs' folder would be {slug!r}, which is not {SEGMENT_RULE}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -50,6 +79,8 @@ class Request:
 
     def __post_init__(self) -> None:
         worker_count(self.workers)
+        if self.model is not None and (problem := model_problem(self.model)):
+            raise SpecError(f"--model {self.model!r}: {problem}")
         if self.threads is not None and self.threads < 1:
             raise SpecError(f"--threads: expected a positive integer, got {self.threads}")
         if self.workers_per_gpu is not None and self.workers_per_gpu < 1:

@@ -19,6 +19,7 @@ from suite.config.fields import Bool, FieldError, Float, Int, Strict, kind
 from suite.config.hub import HubSource, hub_labels_problem
 from suite.config.overrides import apply_sets, describe_sets
 from suite.config.reading import load_checked, profile_label, validate
+from suite.config.request import model_problem, segment_problem
 
 # The metric names each head computes (suite/model/metrics.py implements them): a spec is
 # checked against these without importing the heads or their libraries.
@@ -271,6 +272,21 @@ class TaskSpec(Strict):
         "the whole evaluation set's, evaluated after the last epoch",
     )
     reported: list[Reported] = []
+
+    @field_validator("name")
+    @classmethod
+    def _one_folder(cls, name: str) -> str:
+        """The name is a folder under --out (`<out>/<name>/<model>`): it cannot nest or climb out."""
+        if problem := segment_problem(name):
+            raise ValueError(problem)
+        return name
+
+    @field_validator("model")
+    @classmethod
+    def _model_folder(cls, model: str) -> str:
+        if problem := model_problem(model):
+            raise ValueError(f"{model!r}: {problem}")
+        return model
 
     @field_validator("labels")
     @classmethod

@@ -14,6 +14,8 @@ from typing import Any
 import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 
+from suite.config.request import model_problem
+from suite.config.request import model_slug as slug_of
 from suite.config.sweep import SweepSpec
 from suite.config.task import TaskSpec
 from suite.errors import SuiteError
@@ -27,12 +29,21 @@ HEARTBEAT_ENV = "SUITE_HEARTBEAT_S"  # seconds between heartbeats; stale after 3
 
 
 def model_slug(model: str) -> str:
-    name = Path(model).name if "/" in model and Path(model).exists() else model
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+    """The folder a model's runs sit in under their task's, refused where it would not be one folder
+    name (`--model ..`; the request and the task's `model` field refuse it first)."""
+    if problem := model_problem(model):
+        raise SuiteError(f"model {model!r}: {problem}")
+    return slug_of(model)
 
 
 def run_folder(out: Path, task: TaskSpec, model: str) -> Path:
-    return out / task.name / model_slug(model)
+    """`<out>/<task>/<model>`, refused unless it lies two folders below --out: the last guard
+    against a name that would write elsewhere. Its `..` are resolved as spelled, not through
+    symlinks: a task folder the user linked to another disk stays theirs to use."""
+    folder = out / task.name / model_slug(model)
+    if Path(os.path.abspath(folder)).parent.parent != Path(os.path.abspath(out)):
+        raise SuiteError(f"task {task.name!r}, model {model!r}: run folder {folder} is not under --out {out}")
+    return folder
 
 
 def sqlite_url(folder: Path) -> str:
@@ -57,6 +68,19 @@ def storage_of(source: str | Path) -> str:
 def public_url(url: str) -> str:
     """A storage URL without its password, for records and messages."""
     return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+
+
+def split_password(url: str) -> tuple[str, str | None]:
+    """A server URL without its password, and the password (decoded; None where it has none, or
+    for a SQLite or journal file): what a job may carry in files and argv, and what it may not."""
+    if not url.startswith(("postgresql", "mysql")):
+        return url, None
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if not parsed.password:
+        return url, None
+    return parsed._replace(password=None).render_as_string(hide_password=False), str(parsed.password)
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
