@@ -297,7 +297,9 @@ def join_study(request: Request, info: dict[str, Any]) -> Setup:
     from suite.model.devices import resolve_trainer, usable_cpus  # imports torch
     from suite.study.resume import stored_task
 
-    task, sweep = TaskSpec.model_validate(stored_task(info["task"])), SweepSpec.model_validate(info["sweep"])
+    stored = Path(f"study {request.study!r}")  # a stored spec that no longer validates: one line
+    task = validate(TaskSpec, stored_task(info["task"]), stored, " (its stored task)")
+    sweep = validate(SweepSpec, info["sweep"], stored, " (its stored sweep)")
     trainer = resolve_trainer({**info.get("trainer", {}), **request.trainer})
     where = f"study {request.study}"
     threads = study_threads(request.threads, info.get("threads"), request.study) or usable_cpus()[0]

@@ -167,3 +167,19 @@ def test_a_task_folder_linked_elsewhere_stays_usable(tmp_path: Path) -> None:
     (tmp_path / "out" / "rte").symlink_to(tmp_path / "disk")
     task = load_task(REPO / "tasks/rte.yaml")
     assert run_folder(tmp_path / "out", task, "minilm-l6") == tmp_path / "out" / "rte" / "minilm-l6"
+
+
+def test_a_worker_joining_a_study_stored_under_a_hostile_name_is_refused_in_one_line() -> None:
+    """A study planned before names were checked holds its task as stored: a worker joining it
+    is refused in one line naming the study, not with a validation traceback."""
+    from suite.config.request import Request
+    from suite.errors import SpecError
+    from suite.study.setup import join_study
+
+    task = load_task(REPO / "tasks/rte.yaml").model_dump(mode="json")
+    info = {"task": {**task, "name": "a/b"}, "sweep": {}, "threads": 1}
+    request = Request(storage="sqlite:///x.db", study="a/b|m|s|p")
+    with pytest.raises(SpecError) as refused:
+        join_study(request, info)
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("study 'a/b|m|s|p' (its stored task): ") and RULE in line
