@@ -79,7 +79,8 @@ class Stop:
         return (
             f"stopped {self.where()}: {self.count} trials errored with the same error, "
             f"{self.example}{held}. To go on: {hint}, then rerun the same command (every errored "
-            "and unstarted trial trains then; each errored record keeps its trace in trials.jsonl)"
+            "and unstarted trial trains then; each errored record keeps its trace in trials.jsonl); "
+            "a fix to the model, data or method files is a new study: add --study NAME or use another --out"
         )
 
 

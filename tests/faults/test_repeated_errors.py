@@ -5,6 +5,7 @@ same command after the fix trains every trial. An error confined to one setting 
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from optuna.trial import TrialState, create_trial
 from suite.heads.classification import ClassificationModule
 from suite.study.records import load_run, outcome
 from suite.study.repeated_errors import REPEATS, error_signature, repeated_errors
-from tests.conftest import run_tiny
+from tests.conftest import run_tiny, save_tiny_models
 
 
 def test_a_signature_drops_numbers_paths_and_the_location() -> None:
@@ -162,3 +163,26 @@ def test_an_error_of_one_setting_stops_that_setting_only(
     assert len(by_lr[1e-3]) == 4 and all(outcome(r) != "errored" for r in by_lr[1e-3])
     bad = by_lr[2e-3]
     assert len({r["key"] for r in bad}) == REPEATS and all(outcome(r) == "errored" for r in bad)
+
+
+def test_the_stop_s_advice_followed_after_fixing_a_model_folder_trains_the_errored_trials(
+    tiny_task: Path, tiny_models, capsys, tmp_path: Path
+) -> None:  # noqa: ANN001
+    """A model folder whose tokenizer yields ids past the encoder's vocabulary errors every trial.
+    Fixed, its hash is another study's: the same command is refused, and the stop's own advice
+    (`--study NAME`) trains the planned trials on the fixed folder."""
+    model = save_tiny_models(tmp_path / "broken", ["bert"], lambda c: setattr(c, "vocab_size", 64))["bert"]
+    run_tiny(tiny_task, model, "--threads", "1", expect=1)
+    (stopped,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("stopped")]
+    assert stopped.endswith(
+        "a fix to the model, data or method files is a new study: add --study NAME or use another --out"
+    )
+    shutil.rmtree(model)
+    shutil.copytree(tiny_models["bert"], model)  # the fix
+    run_tiny(tiny_task, model, "--threads", "1", expect=2)
+    refused = capsys.readouterr().err
+    assert "model.sha256" in refused and "start a new study with another --out or --study" in refused
+    folder = run_tiny(tiny_task, model, "--threads", "1", "--study", "fixed")  # the advice, literally
+    _, final = load_run(folder)
+    assert len(final) == 3 and all(outcome(r) in ("succeeded", "failed") for r in final)
+    assert all(r["study"] == "fixed" for r in final)
