@@ -3,6 +3,8 @@ before validation, and every error as one line naming the file and field."""
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -60,10 +62,29 @@ def _yaml_error(path: Path, err: yaml.YAMLError) -> SpecError:
     return SpecError(one_line(f"{where}: not valid YAML ({problem})"))
 
 
+MAX_SPEC_BYTES = 256 * 1024  # the largest shipped spec is ~3 KB; PyYAML's pure-Python loader takes
+# minutes over megabytes, so a larger file is refused before it is parsed
+
+# (path, content) -> its mapping: a spec is parsed once per process, however many checks read it
+# (validation, every profile, the catalog); reading its bytes again costs nothing beside parsing
+_READ: dict[tuple[Path, bytes], dict[str, Any]] = {}
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
+    """A spec file's top-level mapping (a copy: callers may change it), parsed once per process."""
     if not path.is_file():
         raise SpecError(one_line(f"{path}: spec file not found"))
+    if (size := path.stat().st_size) > MAX_SPEC_BYTES:
+        shown, limit = f"{size:,}", f"{MAX_SPEC_BYTES:,}"
+        raise SpecError(one_line(f"{path}: {shown} bytes, over the {limit} a task or sweep spec may hold"))
     data = path.read_bytes()
+    key = (path, hashlib.sha1(data).digest())
+    if key not in _READ:
+        _READ[key] = _parsed(path, data)
+    return copy.deepcopy(_READ[key])
+
+
+def _parsed(path: Path, data: bytes) -> dict[str, Any]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

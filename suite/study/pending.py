@@ -184,6 +184,7 @@ def keep(
     for place in keeping.places:
         path = place / name
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        made = not place.exists()
         try:
             place.mkdir(parents=True, exist_ok=True)
             tmp.write_text(text, encoding="utf-8")
@@ -192,6 +193,9 @@ def keep(
         except OSError:
             with suppress(OSError):  # a place that is not a folder has no temporary file to remove
                 tmp.unlink(missing_ok=True)
+            with suppress(OSError):  # nothing empty is left behind (rmdir keeps a folder that holds files)
+                if made:
+                    place.rmdir()
     return None
 
 

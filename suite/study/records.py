@@ -107,6 +107,13 @@ _WHOLE_PREFIX = f"size={WHOLE_SET}|"
 _SUBSAMPLE = ",subsample="
 
 
+def short_key(key: str) -> str:
+    """A planned key for a log line: its size and seeds, the setting (often 200 characters of
+    hyperparameters) left out; the trial's number beside it names the trial."""
+    parts = key.split("|")
+    return f"{parts[0]}|...|{parts[-1]}" if len(parts) > 2 else key
+
+
 def run_key(key: str | None) -> str | None:
     """The run a planned key names: the key itself, except at size `full`, where every subsample
     seed trains on the same examples, so the run is its key with subsample 0 (as `full` is

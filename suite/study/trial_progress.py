@@ -6,15 +6,21 @@ from __future__ import annotations
 import math
 import os
 import time
-import warnings
 from typing import Any
 
 import lightning as L
 import optuna
+from sqlalchemy.exc import SQLAlchemyError
 
 from suite.study.plan import PROGRESS_ATTR
 
 PROGRESS_ENV = "SUITE_PROGRESS_S"  # seconds between a trial's progress writes (default 5)
+
+
+class TakenOver(BaseException):  # noqa: N818  a stop, like KeyboardInterrupt, not an error
+    """This trial was failed as stale by another worker (this one's heartbeat came late) and queued
+    again: training it on is wasted and its record would be discarded. A BaseException, so that the
+    trial's own crash handling (an errored trial) lets it through to the worker (suite/study/work.py)."""
 
 
 class TrialProgress(L.Callback):
@@ -44,8 +50,10 @@ class TrialProgress(L.Callback):
     def _send(self, trainer: L.Trainer) -> None:
         try:
             self._write(trainer)
-        except Exception as err:  # noqa: BLE001  a storage hiccup must not fail a healthy run
-            warnings.warn(f"trial progress not written: {err}", stacklevel=2)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            raise TakenOver(self.trial.number) from None
+        except (optuna.exceptions.StorageInternalError, SQLAlchemyError, OSError):
+            pass  # a storage hiccup (a full disk, a lost server) must not fail a healthy run: skipped
 
     def _write(self, trainer: L.Trainer) -> None:
         self.last = time.monotonic()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -25,12 +26,12 @@ from suite.study.memory import release, reset_peak, trimming
 from suite.study.pending import Keeping, keeping_for, tell_or_keep
 from suite.study.plan import held_keys, proposing_sampler, replicate_plans, retry_attrs, trial_attrs
 from suite.study.queue import fail_dead_trials, pop_planned, queue_lock
-from suite.study.records import outcome, run_key
+from suite.study.records import outcome, run_key, short_key
 from suite.study.repeated_errors import PLAN_EPOCH_ATTR, Stop, plan_epoch, study_stops
 from suite.study.resume import note_stack
 from suite.study.storage import HEARTBEAT_ENV
 from suite.study.supervise import WORKER_ATTR, idle_wait, stop_point, stops_allowed, stops_held
-from suite.study.trial_progress import TrialProgress
+from suite.study.trial_progress import TakenOver, TrialProgress
 from suite.training.trial import run_trial
 from suite.training.trial_plan import Seeds, TrialPlan
 
@@ -156,6 +157,9 @@ def work(
                     try:
                         with stops_allowed():
                             record = _run_one(trial, task, model, sweep, stamp, trainer, progress)
+                    except TakenOver:  # another worker runs it again: nothing to tell
+                        print(taken_over_line(trial), file=sys.stderr, flush=True)
+                        continue
                     except SuiteError as err:  # a user error inside a trial stops the study, not a run
                         attrs = retry_attrs(trial, trial.user_attrs.get("attempt", 1))
                         trial.set_user_attr("record", {**attrs, "outcome": "errored", "reason": str(err)})
@@ -183,6 +187,13 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, ran: int) -> None:
         super().__init__(f"interrupted after {ran} trial(s) of this worker")
         self.ran = ran
+
+
+def taken_over_line(trial: optuna.Trial) -> str:
+    return (
+        f"trial {trial.number} ({short_key(trial.user_attrs['key'])}) was taken over after a missed "
+        "heartbeat; its result is discarded"
+    )
 
 
 def _put_back(study: optuna.Study, trial: optuna.Trial) -> None:

@@ -32,3 +32,83 @@ def test_a_truncated_weights_file_is_one_line_before_any_trial(
     line = _one_line(capsys)
     assert line.startswith(f"error: model '{model}': {weights} does not load (") and "restore" in line
     assert not (folder / "trials.jsonl").exists()
+
+
+def test_a_spec_over_the_size_limit_is_refused_before_it_is_parsed(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from suite.commands.cli import main
+    from suite.config.reading import MAX_SPEC_BYTES
+
+    spec = tmp_path / "huge.yaml"
+    spec.write_text("name: huge\n" + "# padding\n" * (MAX_SPEC_BYTES // 10 + 1))
+    assert main(["validate", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{spec}: " in err and "bytes, over the 262,144 a task" in err, err
+
+
+def test_a_spec_is_parsed_once_and_read_afresh_when_it_changes(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    from suite.config import reading
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("lr: 1.0e-3\n")
+    parsed = []
+    real = reading._parsed
+    monkeypatch.setattr(reading, "_parsed", lambda *a: parsed.append(a) or real(*a))
+    first = reading.read_yaml(spec)
+    first["lr"] = "changed by a caller"
+    assert reading.read_yaml(spec) == {"lr": 1.0e-3} and len(parsed) == 1  # a copy, parsed once
+    spec.write_text("lr: 2.0e-3\n")  # the same size, at once: read by content, not by time
+    assert reading.read_yaml(spec) == {"lr": 2.0e-3} and len(parsed) == 2
+
+
+def test_progress_is_skipped_silently_on_a_storage_fault_and_a_taken_over_trial_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import warnings
+    from types import SimpleNamespace
+
+    import optuna
+    from optuna.trial import TrialState
+
+    from suite.study.plan import PROGRESS_ATTR
+    from suite.study.storage import open_storage
+    from suite.study.trial_progress import TakenOver, TrialProgress
+
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'study.db'}"))
+    trial = study.ask()
+    watch = TrialProgress(trial, "accuracy", interval=0)
+    trainer = SimpleNamespace(estimated_stepping_batches=10, current_epoch=0, max_epochs=1, global_step=3)
+    watch._send(trainer)
+    assert study.trials[0].user_attrs[PROGRESS_ATTR]["step"] == 3
+
+    def full(*_: object) -> None:
+        raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.")
+
+    with monkeypatch.context() as patched, warnings.catch_warnings():
+        warnings.simplefilter("error")  # no UserWarning reaches the user
+        patched.setattr(trial, "set_user_attr", full)
+        watch._send(trainer)
+    study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)  # failed as stale
+    with pytest.raises(TakenOver):
+        watch._send(trainer)
+
+
+def test_a_record_that_cannot_be_kept_leaves_no_empty_folder(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    import optuna
+
+    from suite.study import pending
+    from suite.study.storage import open_storage
+
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'study.db'}"))
+    study.enqueue_trial({}, user_attrs={"key": "size=32|x|init=0", "attempt": 1, "setting": {}})
+    trial = optuna.Trial(study, study.trials[0]._trial_id)
+
+    def no_space(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pending.os, "replace", no_space)
+    places = [tmp_path / "study.db.pending", tmp_path / "home/.cache/suite/pending"]
+    assert pending.keep(pending.Keeping(places, "u" * 32), "s", trial, {"key": "k"}, 0.5) is None
+    assert not places[0].exists() and not places[1].exists()
+    assert (tmp_path / "home/.cache/suite").is_dir()  # made by mkdir's parents: only the leaf is ours
