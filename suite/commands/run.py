@@ -58,6 +58,10 @@ def run_study(request: Request) -> tuple[int, Setup, list[dict[str, Any]]]:
     workers, then never holds torch, the data or the pre-flight's model (benchmarks/memory.py).
     What the specs and the storage alone refuse is refused first, before any process trains."""
     refuse_early(request)
+    # The outputs' own imports (jsonschema and its compiled parts) now, in the process that writes
+    # them: under a memory limit they fail here, once and before training, not after it.
+    import suite.outputs.leaderboard  # noqa: F401
+
     with stops_as_interrupts():
         if str(request.workers) == "1":
             s, study, planned = _run_here(request)

@@ -8,12 +8,29 @@ from pathlib import Path
 from typing import Any
 
 from suite.config.task import TaskSpec
+from suite.errors import SuiteError
+
+
+class OutputsNotWritten(SuiteError):
+    """Memory ran out while the outputs were written: the trials are kept, a rerun writes them."""
+
+    exit_code = 1
 
 
 def write_outputs(study: Any, folder: Path, task: TaskSpec) -> tuple[list[dict[str, Any]], str]:
     """The run folder's files, of this study only: run.json, trials.jsonl (every ended trial,
     every attempt), leaderboard.json. Returns the final records and the summary to print (the
     table, a mixed stack, a recipe study's recipe table)."""
+    try:
+        return _write_outputs(study, folder, task)
+    except MemoryError:
+        raise OutputsNotWritten(
+            f"{folder}: out of memory while writing the outputs; every ended trial is kept in the "
+            "storage: rerun the same command with more memory to write them (nothing trains again)"
+        ) from None
+
+
+def _write_outputs(study: Any, folder: Path, task: TaskSpec) -> tuple[list[dict[str, Any]], str]:
     from suite.outputs.leaderboard import write_leaderboard
     from suite.study.plan import finished_records, study_records
     from suite.study.storage import write_atomic, write_jsonl

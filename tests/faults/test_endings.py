@@ -112,3 +112,30 @@ def test_a_record_that_cannot_be_kept_leaves_no_empty_folder(tmp_path: Path, mon
     assert pending.keep(pending.Keeping(places, "u" * 32), "s", trial, {"key": "k"}, 0.5) is None
     assert not places[0].exists() and not places[1].exists()
     assert (tmp_path / "home/.cache/suite").is_dir()  # made by mkdir's parents: only the leaf is ours
+
+
+def test_memory_out_while_writing_the_outputs_is_one_line_and_the_rerun_writes_them(
+    tiny_study: tuple[Path, Path], tiny_models, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:  # noqa: ANN001  # fmt: skip
+    from suite.outputs import leaderboard
+
+    task, folder = tiny_study
+    (folder / "leaderboard.json").unlink()
+    trace = tmp_path / "trace"
+    monkeypatch.setenv("SUITE_TRACE", str(trace))
+
+    def no_memory(*_: object, **__: object) -> None:
+        raise MemoryError
+
+    with monkeypatch.context() as patched:
+        patched.setattr(leaderboard, "write_leaderboard", no_memory)
+        run_tiny(task, tiny_models["bert"], "--threads", "1", expect=1)
+    line = _one_line(capsys)
+    assert line == (
+        f"error: {folder}: out of memory while writing the outputs; every ended trial is kept in the "
+        "storage: rerun the same command with more memory to write them (nothing trains again)"
+    )
+    run_tiny(task, tiny_models["bert"], "--threads", "1")
+    assert (folder / "leaderboard.json").is_file() and "size setting" in capsys.readouterr().out
+    assert not any(line.startswith("trial ") for line in trace.read_text().splitlines())  # nothing trained
