@@ -37,7 +37,8 @@ def test_a_set_field_is_validated_like_the_yaml() -> None:
     assert task.sizes == [200] and task.failure.threshold == 0.1
     assert task.eval_limit == 300  # the profile still applies; --set comes after it
     sweep = load_sweep(REPO / "sweeps/ner-seeds.yaml", "smoke", {"hparams.lr": "2e-4", "seeds.repeats": 2})
-    assert sweep.hparams["lr"] == "2e-4" and sweep.hparams_for({}).lr == 2e-4 and sweep.seeds.repeats == 2
+    assert sweep.hparams["lr"] == 2e-4 and sweep.hparams_for({}).lr == 2e-4  # `2e-4` is read as a number
+    assert sweep.seeds.repeats == 2
     with pytest.raises(SpecError, match=r"ner\.yaml with --set sizes=\[1\]: field 'sizes'"):
         load_task(REPO / "tasks/ner.yaml", "default", {"sizes": [1]})
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic import Strict as StrictType
 
 
@@ -22,6 +22,18 @@ Int = Annotated[int, StrictType()]
 Bool = Annotated[bool, StrictType()]
 Float = Annotated[float, BeforeValidator(_not_a_bool)]
 Seed = Annotated[int, StrictType(), Field(ge=0, lt=2**32)]  # numpy and Optuna seeds are uint32
+
+
+def as_read(adapter: TypeAdapter, value: Any) -> Any:
+    """`value` as `adapter` reads it, where that is another value: `1e-4` (a string to YAML 1.1)
+    becomes 0.0001, so it is one value with `1.0e-4` wherever a spec is compared or fingerprinted.
+    A value read as an equal one stays as given (an int for a float stays an int: what a stored
+    fingerprint holds does not change), and one refused stays for the check that names it."""
+    try:
+        read = adapter.validate_python(value)
+    except ValidationError:
+        return value
+    return value if read == value else read
 
 
 def kind(value: Any) -> str:

@@ -4,7 +4,8 @@ Task fields are named by their path (`sizes`, `data.tag_scheme`, `failure.thresh
 fields take a `sweep.` prefix (`sweep.hparams.lr`, `sweep.seeds.repeats`). The value is parsed
 as YAML, like the file itself (`[100, 500]`, `1e-4`, `true`). Overrides are set into the raw
 mapping after the profile is merged and before validation, so an overridden spec passes the
-same schema as the YAML and is what the study's fingerprint sees.
+same schema as the YAML and is what the study's fingerprint sees; a hyperparameter's value is kept
+as it reads there (`1e-4`, a string to YAML 1.1, is 0.0001: `SweepSpec._values_as_read`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field, PlainValidator, TypeAdapter, ValidationError, model_validator
 
-from suite.config.fields import Bool, FieldError, Float, Int, Seed, Strict, kind
+from suite.config.fields import Bool, FieldError, Float, Int, Seed, Strict, as_read, kind
 from suite.config.overrides import SWEEP_PREFIX, apply_sets, describe_sets
 from suite.config.reading import load_checked, profile_label, validate
 from suite.errors import SpecError
@@ -286,6 +286,22 @@ class SweepSpec(Strict):
             recipes[name] = recipe
         return {**data, "recipes": recipes, "references": references}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _values_as_read(cls, data: Any) -> Any:
+        """Every fixed, recipe and choice value as HParams reads it (`canonical`), so the spec and a
+        study's fingerprint hold one value for `1e-4`, `1.0e-4` and `0.0001`."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        if isinstance(data.get("hparams"), dict):
+            out["hparams"] = _canonical_block(data["hparams"])
+        if isinstance(data.get("recipes"), dict):
+            out["recipes"] = {r: _canonical_block(v) for r, v in data["recipes"].items()}
+        if isinstance(data.get("space"), dict):
+            out["space"] = {n: _canonical_choices(n, p) for n, p in data["space"].items()}
+        return out
+
     @model_validator(mode="after")
     def _consistent(self) -> SweepSpec:
         known = set(SETTABLE)
@@ -446,6 +462,22 @@ def _hparam_adapter(name: str) -> TypeAdapter:
     info = HParams.model_fields[name]
     takes = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
     return TypeAdapter(takes, config=HParams.model_config)
+
+
+def canonical(name: str, value: Any) -> Any:
+    """A hyperparameter's value as HParams reads it (`fields.as_read`); a name of no
+    hyperparameter, or a value it refuses, stays for the check that names it."""
+    return as_read(_hparam_adapter(name), value) if name in SETTABLE else value
+
+
+def _canonical_block(values: Any) -> Any:
+    return {n: canonical(n, v) for n, v in values.items()} if isinstance(values, dict) else values
+
+
+def _canonical_choices(name: str, param: Any) -> Any:
+    if not isinstance(param, dict) or not isinstance(param.get("choices"), list):
+        return param
+    return {**param, "choices": [canonical(name, c) for c in param["choices"]]}
 
 
 def _message(err: ValidationError) -> str:

@@ -22,7 +22,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from suite.config.sweep import SweepSpec
+from suite.config.sweep import SweepSpec, canonical
 from suite.config.task import TaskSpec
 from suite.errors import SuiteError
 from suite.identity import STACK, TASK_FIELDS_ADDED, differences, refusal, unused_libraries
@@ -97,6 +97,7 @@ def resumption(
     SuiteError naming the difference when it cannot."""
     if stored is None:
         raise SuiteError(refusal(study, where, None))
+    stored, current = values_as_read(stored), values_as_read(current)
     if not any(k.startswith(STACK) for k in stored):  # made before the stack was in its identity
         recorded = {f"{STACK}{k}": v for k, v in ((info or {}).get("versions") or {}).items()}
         stored = {**stored, **{k: v for k, v in recorded.items() if k in current}}
@@ -110,6 +111,8 @@ def resumption(
         for p in sorted(set(stored) | set(current))
         if stored.get(p, "(absent)") != current.get(p, "(absent)")
     ]
+    if spelled := [p for p in changed if _choices_as_strings(p, stored, current)]:
+        raise SuiteError(refusal(study, where, _shown(stored, current, spelled)) + _STRING_CHOICES)
     stack = [p for p in changed if p.startswith(STACK)]
     # A head the stored plan never trained (absent) may join with new trials: its version is new.
     fixed = [p for p in changed if not p.startswith(STACK) and not _growable(p) and not _new_head(p, stored)]
@@ -181,6 +184,29 @@ def _budget_slots(
     per = range(replicates(task, sweep))
     old, new = (int(fp["sweep.budget"]) for fp in (stored, current))
     return {(s, r) for s in range(old) for r in per}, {(s, r) for s in range(new) for r in per}
+
+
+def values_as_read(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """A fingerprint with its fixed and recipe hyperparameters as HParams reads them (as a spec now
+    holds them, `sweep.canonical`): a study stored when `1e-4` stayed the string YAML reads is the
+    study of 0.0001, and one of 0.0001 the study of `1e-4`."""
+    fixed = ("sweep.hparams.", "sweep.recipes.")  # a recipe's path ends with its hyperparameter too
+    return {
+        k: canonical(k.rsplit(".", 1)[-1], v) if k.startswith(fixed) else v for k, v in fingerprint.items()
+    }
+
+
+# Choices are not read back so: Optuna's storage holds a categorical's choices, and a stored trial's
+# strings are not the numbers new trials would suggest (Optuna refuses a changed categorical).
+_STRING_CHOICES = " (its storage holds the choices as the strings YAML read then; now they read as numbers)"
+
+
+def _choices_as_strings(path: str, stored: dict[str, Any], current: dict[str, Any]) -> bool:
+    """A categorical's stored choices that differ from the current ones only as read (`1e-4`)."""
+    old, new = stored.get(path), current.get(path)
+    if not (path.startswith("sweep.space.") and path.endswith(".choices") and isinstance(old, list)):
+        return False
+    return old != new and [canonical(path.split(".")[2], c) for c in old] == new
 
 
 def _new_head(path: str, stored: dict[str, Any]) -> bool:
