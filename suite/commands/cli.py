@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from suite.commands.crash import crashed
+from suite.commands.preflight import preflight
 from suite.config.request import Request
 from suite.errors import SpecError, SuiteError, report
 
@@ -261,9 +263,12 @@ def entry() -> int:
 
 def main(argv: list[str] | None = None, restartable: bool = False) -> int:
     args = build_parser().parse_args(argv)
+    request = None
     try:
         # Argument and spec errors first: the commands' modules import torch, transformers, optuna
-        # (seconds), and a bad flag or YAML field is answered at once.
+        # (seconds), and a bad flag or YAML field, or an output that cannot be written, is answered
+        # at once.
+        preflight(args)
         request = request_of(args) if args.command in STUDY_COMMANDS else None
         if request is not None and request.log_to:  # a tracker not installed: before any training
             from suite.study.trackers import targets_of
@@ -357,6 +362,8 @@ def main(argv: list[str] | None = None, restartable: bool = False) -> int:
         return report(err)
     except KeyboardInterrupt:  # `run` and `worker` say what ended before they re-raise
         return 130
+    except Exception as err:  # not an input error: a bug, reported with its traceback kept
+        return crashed(err, args, request)
     return 0
 
 

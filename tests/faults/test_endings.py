@@ -139,3 +139,98 @@ def test_memory_out_while_writing_the_outputs_is_one_line_and_the_rerun_writes_t
     run_tiny(task, tiny_models["bert"], "--threads", "1")
     assert (folder / "leaderboard.json").is_file() and "size setting" in capsys.readouterr().out
     assert not any(line.startswith("trial ") for line in trace.read_text().splitlines())  # nothing trained
+
+
+# `main` in a fresh interpreter: prints the exit code and whether torch was imported.
+PROBE = """
+import json, sys
+from suite.commands.cli import main
+code = main(json.loads(sys.argv[1]))
+print(json.dumps([code, "torch" in sys.modules]))
+"""
+
+
+def _refused_early(args: list[str], wrap: list[str] = ()) -> str:  # noqa: B006
+    """`args` refused in one line, exit 2, torch never imported, in a fresh interpreter."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [*wrap, sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [2, False], done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr[-2000:]
+    return done.stderr.strip()
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_torch(tmp_path: Path) -> None:
+    """`--out /proc/x` (no folder can be made there), a file where a folder goes, and `-o` of the
+    commands that write one file or folder: one line each, before any heavy import."""
+    task = Path(__file__).resolve().parents[2] / "tasks/rte.yaml"
+    (tmp_path / "a-file").write_text("")
+    for command in ("run", "plan"):
+        line = _refused_early([command, str(task), "--out", "/proc/x"])
+        assert line == "error: --out /proc/x: /proc is not writable; give another --out"
+    line = _refused_early(["run", str(task), "--out", str(tmp_path / "a-file/runs")])
+    where = tmp_path / "a-file"
+    assert line == f"error: --out {where}/runs: {where} is not a folder; give another --out"
+    for command in (["leaderboard", str(tmp_path)], ["site", str(tmp_path)], ["export", str(tmp_path)]):
+        line = _refused_early([*command, "-o", "/proc/x/out"])
+        assert line == "error: -o /proc/x/out: /proc is not writable; give another -o"
+
+
+def test_report_on_a_read_only_run_folder_is_one_line_before_its_kernel(
+    tiny_study: tuple[Path, Path]
+) -> None:
+    """A run folder mounted read-only (as a user who cannot bypass file modes meets one): refused in
+    one line before the kernel starts (it used to run 30 s, then end in nbformat's traceback)."""
+    _, folder = tiny_study
+    mount = f"mount --bind {folder} {folder} && mount -o remount,bind,ro {folder} && exec \"$0\" \"$@\""
+    if not shutil.which("unshare") or os.system(f"unshare -m sh -c 'mount --bind {folder} {folder}'"):
+        pytest.skip("no private mount namespace here (unshare -m): a read-only folder cannot be made")
+    line = _refused_early(["report", str(folder)], wrap=["unshare", "-m", "sh", "-c", mount])
+    assert line == (
+        f"error: report {folder}: {folder} is not writable; copy the run folder somewhere writable "
+        "and report on the copy"
+    )
+
+
+def test_a_huge_spec_is_refused_before_torch(tmp_path: Path) -> None:
+    spec = tmp_path / "huge.yaml"
+    spec.write_text("name: huge\n" + "x: 1\n" * 1_000_000)  # 5 MB: PyYAML took minutes over it
+    assert "bytes, over the 262,144 a task" in _refused_early(["run", str(spec), "--out", str(tmp_path)])
+
+
+def test_an_internal_error_leaves_crash_txt_and_one_line(
+    tiny_study: tuple[Path, Path], tiny_models, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:  # noqa: ANN001  # fmt: skip
+    """A bug (here an AttributeError injected as a study plans, and as a report starts) is not an
+    input error: its traceback goes to the run folder's crash.txt, one line names it, exit 1."""
+    from suite.commands.cli import main
+    from suite.outputs import report
+    from suite.study import planning
+
+    task, folder = tiny_study
+
+    def bug(*_: object, **__: object) -> None:
+        raise AttributeError("'NoneType' object has no attribute 'sizes'")
+
+    monkeypatch.setattr(planning, "print_budgets", bug)
+    args = ["run", str(task), "--model", str(tiny_models["bert"]), "--out", str(folder.parent.parent)]
+    assert main([*args, "--data-dir", str(task.parent.parent / "data"), "--quiet", "--threads", "1"]) == 1
+    line = _one_line(capsys)
+    crash = folder / "crash.txt"
+    assert line == (
+        "error: internal error (AttributeError: 'NoneType' object has no attribute 'sizes'), a bug in "
+        f"suite: its traceback is in {crash}; please report it with that file"
+    )
+    text = crash.read_text()
+    assert "Traceback (most recent call last)" in text and "print_budgets" in text and "in bug" in text
+    crash.unlink()
+    monkeypatch.setattr(report, "make_report", bug)
+    assert main(["report", str(folder)]) == 1
+    assert _one_line(capsys).endswith(f"its traceback is in {crash}; please report it with that file")
+    assert "make_report" in crash.read_text()
