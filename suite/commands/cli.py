@@ -346,6 +346,10 @@ def main(argv: list[str] | None = None, restartable: bool = False) -> int:
             )
             notebook, page = make_report(Path(args.run), entry_figures=figures)
             print(f"wrote {notebook} and {page}")
+            from suite.outputs.run_folder import partial_note
+
+            if note := partial_note(Path(args.run)):
+                print(note)
         elif args.command == "compare":
             from suite.commands.compare import compare_runs
 

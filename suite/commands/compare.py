@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.errors import SuiteError
+from suite.outputs.run_folder import partial_note
 from suite.outputs.unscored import no_score_lines
 from suite.stats.compare import (
     check_studies,
@@ -81,6 +82,8 @@ def _compare(
 def _study(run: Path) -> tuple[dict[str, Any], Records]:
     """A run folder's (info, runs), after a line per (size, setting) of it that has no score."""
     info, trials = load_run(run)
+    if note := partial_note(run, info):
+        print(note)
     for line in no_score_lines(info.get("task", {}).get("name", "?"), trials):
         print(f"{run}: {line}")
     # The records live until the command exits and hold no reference cycle: out of the cycle

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.config.request import Request
+from suite.errors import SuiteError
 from suite.faults import reach
 from suite.outputs.run_folder import summary_rows, write_outputs
 from suite.study.offload import hand_back, start_child, tell
@@ -86,8 +87,21 @@ def _run_here(request: Request) -> tuple[Setup, Any, int]:
         run_worker(study, s, progress=not request.quiet)
     except KeyboardInterrupt:
         print(interrupted_note(study, planned), file=sys.stderr)
+        _outputs_at_stop(s, study)
         raise
     return s, study, planned
+
+
+def _outputs_at_stop(s: Setup, study: Any) -> None:
+    """A stopped run's outputs, of the trials that ended: `report`, `compare` and `leaderboard`
+    answer on its folder, and say how many of how many ended (run.json's `trials`)."""
+    assert s.folder is not None  # a planned study always has a run folder
+    try:
+        _, summary = write_outputs(study, s.folder, s.task)
+    except SuiteError as err:  # a full disk: the trials are in the storage; the stop goes on
+        print(f"error: {err}", file=sys.stderr)
+        return
+    print(summary)
 
 
 def _run_supervised(request: Request) -> tuple[Setup, Any, int]:
@@ -126,6 +140,7 @@ def _run_supervised(request: Request) -> tuple[Setup, Any, int]:
     except KeyboardInterrupt as stop:
         if study is not None:  # the study was planned: what ended, what is left
             print(interrupted_note(study, planned, _what_became_of(stop)), file=sys.stderr)
+            _outputs_at_stop(s, study)
         raise
     if bad := [c for c in codes if c]:
         ended = f"{len(bad)} of {len(codes)} workers exited early (codes {bad})"

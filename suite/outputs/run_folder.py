@@ -32,14 +32,17 @@ def write_outputs(study: Any, folder: Path, task: TaskSpec) -> tuple[list[dict[s
 
 def _write_outputs(study: Any, folder: Path, task: TaskSpec) -> tuple[list[dict[str, Any]], str]:
     from suite.outputs.leaderboard import write_leaderboard
-    from suite.study.plan import finished_records, study_records
+    from suite.study.plan import finished_records, planned_keys, study_records
+    from suite.study.records import outcome
     from suite.study.storage import write_atomic, write_jsonl
 
+    records = sorted(finished_records(study).values(), key=lambda r: r.get("trial_number", 0))
+    counts = {"ended": sum(outcome(r) != "errored" for r in records), "planned": len(planned_keys(study))}
     info = {**study.user_attrs["run_info"], "fingerprint": study.user_attrs.get("fingerprint")}
+    info["trials"] = counts  # ended as runs, of planned: a study stopped partway says so (`partial_note`)
     write_atomic(folder / "run.json", json.dumps(info, indent=2) + "\n")
     write_jsonl(folder / "trials.jsonl", study_records(study))
     write_leaderboard([folder], folder / "leaderboard.json")
-    records = sorted(finished_records(study).values(), key=lambda r: r.get("trial_number", 0))
     lines = [format_summary(task, records, folder)]
     if info.get("stack_mixed"):
         stacks = info.get("stacks", [])
@@ -54,6 +57,23 @@ def _write_outputs(study: Any, folder: Path, task: TaskSpec) -> tuple[list[dict[
         references = info.get("sweep", {}).get("references")
         lines.append(format_recipe_table(recipe_table(records, references=references), task.metric.main))
     return records, "\n".join(lines)
+
+
+def partial_note(folder: Path, info: dict[str, Any] | None = None) -> str | None:
+    """A line for a run folder whose study stopped partway (run.json's `trials`: fewer ended as
+    runs than were planned); None when every planned trial ended, or run.json predates the count.
+    `info`: run.json as read (default: read here)."""
+    if info is None:
+        path = folder / "run.json"
+        info = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    counts = info.get("trials") or {}
+    ended, planned = counts.get("ended"), counts.get("planned")
+    if ended is None or planned is None or ended >= planned:
+        return None
+    return (
+        f"{folder}: {ended} of {planned} planned trials ended as runs (the study stopped partway, or "
+        "some errored): what follows is of those; rerun its command to go on"
+    )
 
 
 def export(

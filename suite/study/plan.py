@@ -171,13 +171,26 @@ def enqueue_plan(study: optuna.Study, task: TaskSpec, sweep: SweepSpec) -> int:
     if _drawn(sweep):
         _store_settings(study, settings)
     added = 0
-    for values in settings:
-        for plan in replicate_plans(task, sweep, values):
-            if plan.key not in held:
-                study.enqueue_trial(values, user_attrs=trial_attrs(plan, values), skip_if_exists=False)
-                held.add(plan.key)
-                added += 1
+    for values, plan in seed_major(settings, [replicate_plans(task, sweep, v) for v in settings]):
+        if plan.key not in held:
+            study.enqueue_trial(values, user_attrs=trial_attrs(plan, values), skip_if_exists=False)
+            held.add(plan.key)
+            added += 1
     return added
+
+
+def seed_major(
+    settings: list[dict[str, Any]], plans: list[list[TrialPlan]]
+) -> list[tuple[dict[str, Any], TrialPlan]]:
+    """Each setting's plans, queued seed by seed: the trials that share a (size, seeds) cell across
+    settings or recipes sit next to each other, so a study stopped partway holds complete pairs
+    (every setting runs the same seed grid, so a plan's place in its setting's list is its cell)."""
+    cells = [
+        (place, values, plan)
+        for values, own in zip(settings, plans, strict=True)
+        for place, plan in enumerate(own)
+    ]
+    return [(values, plan) for _, values, plan in sorted(cells, key=lambda cell: cell[0])]
 
 
 def fresh_attempts(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import os
-import random
 import socket
 import time
 from collections.abc import Callable
@@ -38,8 +37,8 @@ def pop_planned(
     if waiting is None:
         trial_id = study._pop_waiting_trial_id()
         return None if trial_id is None else optuna.Trial(study, trial_id)
-    # Workers that all tried the head of the queue would queue behind one row lock each pop.
-    _POP_ORDER.shuffle(waiting)
+    # In queue order, which is seed by seed (`plan.seed_major`): pops hold the study's lock, so
+    # workers never wait on each other's row lock at the head of the queue.
     taken = _take(waiting, study)
     return taken if taken is not None or not waiting else pop_planned(study)
 
@@ -53,9 +52,6 @@ def _take(trial_ids: list[int], study: optuna.Study) -> optuna.Trial | None:
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
     return None
-
-
-_POP_ORDER = random.Random()  # its own generator: never touches the seeded global RNGs
 
 
 def _first_waiting_ids(study: optuna.Study, limit: int = 64) -> list[int] | None:

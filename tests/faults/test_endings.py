@@ -4,6 +4,7 @@ folder, an unwritable output folder, a spec too large to read, an internal error
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -234,3 +235,76 @@ def test_an_internal_error_leaves_crash_txt_and_one_line(
     assert main(["report", str(folder)]) == 1
     assert _one_line(capsys).endswith(f"its traceback is in {crash}; please report it with that file")
     assert "make_report" in crash.read_text()
+
+
+RECIPES = (
+    "name: three\nhparams: {lr: 1.0e-3, batch_size: 8, epochs: 1}\nseeds: {master: 0, repeats: 2}\n"
+    "recipes: {a: {lr: 1.0e-3}, b: {lr: 2.0e-3}, c: {lr: 3.0e-3}}\n"
+)
+
+
+def test_a_recipe_study_is_queued_seed_by_seed(tiny_task: Path, tmp_path: Path) -> None:
+    """The trials of one seed cell across recipes are queued next to each other and popped in that
+    order: any 3 trials taken first are one complete seed pair of the 3 recipes."""
+    import optuna
+
+    from suite.config.sweep import load_sweep
+    from suite.config.task import load_task
+    from suite.study.plan import enqueue_plan
+    from suite.study.queue import pop_planned
+    from suite.study.storage import open_storage
+
+    (tmp_path / "three.yaml").write_text(RECIPES)
+    task, sweep = load_task(tiny_task), load_sweep(tmp_path / "three.yaml")
+    study = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'study.db'}"))
+    assert enqueue_plan(study, task, sweep) == 6
+    for _ in range(2):
+        taken = [pop_planned(study) for _ in range(3)]
+        cells = {json.dumps(t.user_attrs["seeds"], sort_keys=True) for t in taken}
+        assert len(cells) == 1 and sorted(t.user_attrs["setting"]["recipe"] for t in taken) == ["a", "b", "c"]
+
+
+@pytest.mark.slow
+def test_a_study_stopped_partway_answers_report_and_compare_with_how_many_ended(
+    tiny_task: Path, tiny_models, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:  # noqa: ANN001
+    """Stopped (Ctrl-C) as its fourth trial starts, a 3-recipe study writes its outputs from the 3
+    that ended, which are one complete seed pair; `report` and `compare` on its folder work and say
+    how many of how many ended."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from suite.commands.cli import main
+
+    (tiny_task.parent.parent / "sweeps" / "tiny.yaml").write_text(RECIPES)
+    root, trace = tiny_task.parent.parent, tmp_path / "trace"
+    command = [sys.executable, "-m", "suite", "run", str(tiny_task), "--model", str(tiny_models["bert"])]
+    command += ["--out", str(root / "runs"), "--data-dir", str(root / "data"), "--quiet", "--threads", "1"]
+    env = {**os.environ, "SUITE_TRACE": str(trace), "SUITE_STALL_AT": "trial:4"}
+    run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    def started() -> int:
+        lines = trace.read_text().splitlines() if trace.exists() else []
+        return sum(line.startswith("trial ") for line in lines)
+
+    while started() < 4:
+        assert time.time() < deadline and run.poll() is None, run.stderr.read() if run.poll() else "slow"
+        time.sleep(0.2)
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 130, err[-3000:]
+    assert "interrupted: 3 of 6 planned trials ended" in err and "size setting" in out, (out, err)
+    folder = root / "runs" / "tiny" / "bert"
+    records = [json.loads(line) for line in (folder / "trials.jsonl").read_text().splitlines()]
+    assert len({json.dumps(r["seeds"], sort_keys=True) for r in records}) == 1  # one complete pair
+    assert sorted(r["hparams"]["recipe"] for r in records) == ["a", "b", "c"]
+    note = f"{folder}: 3 of 6 planned trials ended as runs (the study stopped partway, or some errored)"
+    capsys.readouterr()
+    assert main(["compare", str(folder)]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith(note) and "recipe" in shown
+    assert main(["report", str(folder)]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("wrote ") and note in shown and (folder / "report.html").is_file()
