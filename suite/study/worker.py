@@ -72,11 +72,10 @@ def watch(
     every `poll_s`, or less often where reading the storage takes long (`poll_period`),
     `running()` asked every `look_s` (it is cheap, and `run_workers` learns there that a worker
     ended)."""
-    from tqdm.auto import tqdm
-
     from suite.study.progress import study_progress
+    from suite.study.progress_lines import progress_bar
 
-    with tqdm(desc=desc, total=planned, unit="trial", bar_format=BAR_FORMAT) as bar:
+    with progress_bar(desc, planned, bar_format=BAR_FORMAT) as bar:
         drawn, period = None, poll_s
         while running():
             if drawn is None or time.monotonic() - drawn >= period:
@@ -132,12 +131,11 @@ def interrupted_note(study: Any, planned: int, running: str | None = None) -> st
 def run_worker(study: Any, s: Setup, progress: bool, warn_kept: bool = False) -> int:
     """Run queued trials of `study` until none is left, after telling it the records kept for it;
     `warn_kept`: name the kept files left as not this study's (the process that planned has)."""
-    from tqdm.auto import tqdm
-
     from suite.study.memory import allocator
     from suite.study.pending import keeping_for, storage_faults, tell_kept
     from suite.study.plan import finished_records
     from suite.study.progress import study_progress
+    from suite.study.progress_lines import progress_bar
     from suite.study.queue import queue_lock
     from suite.study.work import conclude, work
 
@@ -152,13 +150,8 @@ def run_worker(study: Any, s: Setup, progress: bool, warn_kept: bool = False) ->
         "stack": s.stack,
     }
     planned = planned_count(s)
-    bar = tqdm(
-        desc="trials",
-        total=planned,
-        initial=len(finished_records(study)),
-        disable=not progress,
-        unit="trial",
-        bar_format=BAR_FORMAT,
+    bar = progress_bar(
+        "trials", planned, initial=len(finished_records(study)), disable=not progress, bar_format=BAR_FORMAT
     )
 
     def done(record: dict[str, Any]) -> None:

@@ -308,3 +308,24 @@ def test_a_study_stopped_partway_answers_report_and_compare_with_how_many_ended(
     assert main(["report", str(folder)]) == 0
     shown = capsys.readouterr().out
     assert shown.startswith("wrote ") and note in shown and (folder / "report.html").is_file()
+
+
+def test_progress_in_a_log_is_a_line_per_ended_trial_and_a_line_every_few_minutes(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """stderr not a terminal (here pytest's capture, as a log file or a Slurm job's .err): lines,
+    never a bar redrawn with carriage returns."""
+    from suite.study.progress_lines import ProgressLines, progress_bar
+
+    bar = progress_bar("trials (2 workers)", 9)
+    assert isinstance(bar, ProgressLines) and bar.every_s == 300
+    bar.set_postfix_str("trial 0: epoch 1/4, step 10/216")  # within 300 s of the start: quiet
+    bar.update(0)
+    bar.update(1)
+    bar.every_s = 0  # a few minutes later
+    bar.set_postfix_str("trial 1: epoch 2/4, step 60/216")
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and "\r" not in "".join(lines)
+    assert lines[0].endswith("trials (2 workers): 1/9 ended | trial 0: epoch 1/4, step 10/216")
+    assert lines[1].endswith("trials (2 workers): 1/9 ended; running: trial 1: epoch 2/4, step 60/216")
+    assert progress_bar("trials", 9, disable=True).disable  # --quiet: no progress at all
