@@ -16,6 +16,7 @@ from suite.commands.cli import main
 from suite.commands.launch import Launch, executor_parameters, job_ids, make_executor, slurm_minutes
 from suite.errors import SpecError
 from suite.model.devices import resolve_trainer
+from suite.study.storage import split_password
 from tests.test_workers import _sweep
 
 POSTGRES = os.environ.get("SUITE_TEST_POSTGRES_URL")
@@ -306,8 +307,12 @@ def test_slurm_launch_submits_an_array_prints_how_to_watch_and_a_rerun_writes_th
     assert not any(k.startswith("stack.") for k in study.user_attrs["fingerprint"])  # left to the nodes
     assert Counter(t.state.name for t in study.get_trials()) == {"WAITING": 8}
 
+    bare, password = split_password(POSTGRES)
+    monkeypatch.setenv("PGPASSWORD", password or "")  # what sbatch hands each job, never a file
     for pickled in sorted((folder / "jobs").glob("4242_*/*_submitted.pkl")):  # as the nodes would
-        assert DelayedSubmission.load(pickled).result() == "ended: no trial left to take"
+        job = DelayedSubmission.load(pickled)
+        assert job.args[0].storage == bare  # the password-less URL
+        assert job.result() == "ended: no trial left to take"
     assert len(_ended(study.get_trials())) == 8
     assert main([*command, "--slurm-partition", "cpu", "--cpus-per-worker", "1"]) == 0
     assert len(list(tmp_path.glob("sbatch-*.sh"))) == 1  # nothing left to run: nothing submitted

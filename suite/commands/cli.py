@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,10 @@ SET_HELP = (
     "override a field, the value read as YAML: task fields by path (sizes=[100], data.tag_scheme=iob2), "
     "sweep fields under sweep. (sweep.hparams.lr=1e-4); repeatable"
 )
+
+
+STORAGE_ENV = "SUITE_STORAGE"  # worker's and launch's storage without --storage: argv is in every `ps`
+FROM_ENV = f"default: ${STORAGE_ENV}; best without its password, which ~/.pgpass or PGPASSFILE holds"
 
 
 def _add_set_arg(p: argparse.ArgumentParser) -> None:
@@ -48,7 +53,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
-def _add_study_args(p: argparse.ArgumentParser) -> None:
+def _add_study_args(p: argparse.ArgumentParser, storage_help: str | None = None) -> None:
     """What names a study and its plan: the options `run`, `plan` and `launch` share."""
     p.add_argument("task", help="a task name (suite list) or YAML file, e.g. ner or tasks/ner.yaml")
     p.add_argument("--model", help="alias, local folder or hub id (default: the task's model)")
@@ -62,12 +67,13 @@ def _add_study_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--eval-split", choices=["validation", "test"], help="evaluate on this split")
     p.add_argument("--seeds", type=int, help="repeats (independent design) or N init x N order (crossed)")
-    p.add_argument("--storage", help="Optuna storage URL (default: sqlite study.db in the run folder)")
+    default = "Optuna storage URL (default: sqlite study.db in the run folder)"
+    p.add_argument("--storage", help=storage_help or default)
     p.add_argument("--study", help="study name (default: task|model|sweep|profile)")
 
 
 def _add_launch_args(p: argparse.ArgumentParser) -> None:
-    _add_study_args(p)
+    _add_study_args(p, f"the workers' database URL ({FROM_ENV})")
     _add_set_arg(p)
     _add_common_args(p, threads=False)
     p.add_argument("--executor", choices=["slurm", "local"], default="slurm", help="where the workers run")
@@ -167,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser("launch", help="plan a study, then run its workers as Slurm (or local) jobs")
     )
     work = sub.add_parser("worker", help="join a running study and run trials until it is done")
-    work.add_argument("--storage", required=True, help="the study's Optuna storage URL")
+    work.add_argument("--storage", help=f"the study's Optuna storage URL ({FROM_ENV})")
     work.add_argument("--study", required=True, help="the study name (`suite run` prints it)")
     work.add_argument(
         "--wait-for-go",
@@ -387,7 +393,7 @@ def request_of(args: argparse.Namespace) -> Request:
         model=getattr(args, "model", None),
         data_dir=Path(args.data_dir) if args.data_dir else None,
         out=Path(getattr(args, "out", "runs")),
-        storage=args.storage,
+        storage=storage_of(args),
         study=args.study,
         workers=str(getattr(args, "workers", "1")),
         workers_per_gpu=getattr(args, "workers_per_gpu", None),
@@ -399,6 +405,17 @@ def request_of(args: argparse.Namespace) -> Request:
         log_to=tuple(getattr(args, "log_to", None) or ()),
         gpus_per_worker=getattr(args, "gpus_per_worker", None),
     )
+
+
+def storage_of(args: argparse.Namespace) -> str | None:
+    """`--storage`, else, for `worker` and `launch`, $SUITE_STORAGE (`worker` needs one)."""
+    if args.storage or args.command not in ("worker", "launch"):
+        return args.storage
+    if url := os.environ.get(STORAGE_ENV, "").strip():
+        return url
+    if args.command == "worker":
+        raise SpecError(f"worker: give the study's storage, --storage URL or ${STORAGE_ENV}")
+    return None
 
 
 def launch_of(args: argparse.Namespace) -> Launch:

@@ -120,7 +120,7 @@ def check_executor(storage: str | None, executor: str) -> None:
         given = (
             f"--storage {public_url(storage)}"
             if storage
-            else "the default storage (SQLite in the run folder)"
+            else "no --storage or $SUITE_STORAGE, the default storage (SQLite in the run folder)"
         )
         raise SpecError(
             f"{given}: Slurm workers on several nodes need a database server, --storage postgresql://... "
@@ -164,15 +164,16 @@ def _left_to_run(study: Any, s: Setup, workers: int) -> int:
 
 
 def submit(s: Setup, executor_name: str, parameters: dict[str, Any], cpus: int, count: int) -> list[Any]:
-    """`count` worker jobs on the study (one array on Slurm), their logs under the run folder."""
+    """`count` worker jobs on the study (one array on Slurm), their files and logs under the run
+    folder, readable by this user alone; the storage's password reaches them by the environment."""
     assert s.folder is not None
     code = slurm.code_root()
     if executor_name == "slurm":  # the job's environment and the limit's signal, not in launch.json
         parameters = {**parameters, **slurm.slurm_parameters(parameters["timeout_min"], code)}
-    executor = make_executor(executor_name, s.folder / "jobs", parameters)
     root = data_dir(s.request.data_dir)
+    url, secrets = slurm.job_password(s.url)  # the password goes by the environment, never a file
     job = Request(
-        storage=s.url,
+        storage=url,
         study=s.name,
         data_dir=root.resolve() if root else None,  # jobs may start elsewhere
         threads=cpus,
@@ -182,7 +183,10 @@ def submit(s: Setup, executor_name: str, parameters: dict[str, Any], cpus: int, 
     )
     # worker_job is pickled by reference: the job imports it from the launcher's code (on its path)
     limit = parameters["timeout_min"] if executor_name == "slurm" else None
-    return executor.map_array(worker_job, [job] * count, [code] * count, [limit] * count)
+    export = parameters.get("slurm_additional_parameters", {}).get("export")
+    with slurm.handing_over(secrets, export):
+        executor = make_executor(executor_name, slurm.private_folder(s.folder / "jobs"), parameters)
+        return executor.map_array(worker_job, [job] * count, [code] * count, [limit] * count)
 
 
 def make_executor(executor: str, folder: Path, parameters: dict[str, Any]) -> Any:

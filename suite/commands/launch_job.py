@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from suite.config.request import Request
-from suite.study.slurm_job import BeforeStart, check_code, stopped, watch_time_limit
+from suite.study.slurm_job import BeforeStart, check_code, stopped, watch_time_limit, with_password
 
 
 def worker_job(request: Request, code: str, limit_min: int | None = None) -> str:
@@ -25,6 +25,7 @@ def worker_job(request: Request, code: str, limit_min: int | None = None) -> str
     from suite.study.supervise import stop_also_on, stop_received
 
     stop_also_on(TIME_LIMIT)
+    request = with_password(request)  # MySQL's; PostgreSQL's libpq reads PGPASSWORD itself
     try:
         with logging_trials(request):
             worker(request)

@@ -6,6 +6,10 @@ submitit's own `job.done()` asks sacct: where accounting is off it fails ("Slurm
 is disabled") and submitit takes every job it cannot see as running, forever. Here a job runs while
 squeue lists it unfinished; its end state comes from sacct, else from squeue (which keeps an ended
 job for MinJobAge, 300 s by default), else it is said to be unknown, and why.
+
+The storage's password never goes into a job's files or arguments (the run folder is on a shared
+filesystem; argv is in everyone's `ps`): a job gets the URL without it, and the password in its
+environment, named in sbatch's export list so that a site's --export=NONE passes it too.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +31,12 @@ UNFINISHED = {
 }  # fmt: skip
 # What a job needs from the launcher's environment, passed explicitly: a site's --export=NONE
 # (SBATCH_EXPORT=NONE) starts the batch script without it.
-PASSED = ("PATH", "HOME", "USER", "LANG", "VIRTUAL_ENV", "LD_PRELOAD", "MALLOC_CONF", "SLURM_CONF")
+PASSED = (
+    "PATH", "HOME", "USER", "LANG", "VIRTUAL_ENV", "LD_PRELOAD", "MALLOC_CONF", "SLURM_CONF", "PGPASSFILE",
+)  # fmt: skip
 PASSED_PREFIXES = ("SUITE_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH", "OMP_", "MKL_")
-# never written into the script (sbatch's own export, where on, passes them)
+# never written into the script (sbatch's own export, where on, passes them), nor a value holding a
+# URL's password (SUITE_STORAGE, say)
 SECRET = re.compile("TOKEN|KEY|PASSWORD|SECRET", re.I)
 
 
@@ -47,14 +56,70 @@ def code_root() -> str:
 def job_setup(code: str) -> list[str]:
     """The sbatch script's lines before srun: the launcher's code first on the job's path, and the
     variables a job needs, set whatever sbatch exported."""
+    from suite.study.storage import public_url
+
     environ = dict(os.environ)
     environ["PYTHONPATH"] = os.pathsep.join(p for p in (code, environ.get("PYTHONPATH")) if p)
     names = sorted(
         n
         for n in environ
-        if (n in PASSED or n == "PYTHONPATH" or n.startswith(PASSED_PREFIXES)) and not SECRET.search(n)
+        if (n in PASSED or n == "PYTHONPATH" or n.startswith(PASSED_PREFIXES))
+        and not SECRET.search(n)
+        and public_url(environ[n]) == environ[n]
     )
     return [f"export {n}={shlex.quote(environ[n])}" for n in names]
+
+
+def job_password(url: str) -> tuple[str, dict[str, str]]:
+    """The storage URL a job is given, without its password, and the environment that hands the
+    password over instead (empty: none to hand over, or ~/.pgpass or PGPASSFILE holds it)."""
+    from suite.study.slurm_job import PASSWORD_ENV
+    from suite.study.storage import split_password
+
+    bare, password = split_password(url)
+    name = next((n for scheme, n in PASSWORD_ENV.items() if url.startswith(scheme)), None)
+    password = password or (os.environ.get(name) if name else None)
+    return bare, {name: password} if name and password else {}
+
+
+def exported(names: list[str], given: str | None) -> str:
+    """sbatch's --export with `names` added by name (sbatch passes their values, never writing
+    them): ALL passes them already; NONE, a site's default, becomes only them (the script exports
+    the rest); a list gets them appended."""
+    given = (given or "ALL").strip()
+    if given.upper() == "ALL" or given.upper().startswith("ALL,"):
+        return given
+    return ",".join([*([] if given.upper() in ("NONE", "NIL") else [given]), *names])
+
+
+@contextmanager
+def handing_over(secrets: dict[str, str], export: str | None) -> Iterator[None]:
+    """While jobs are submitted: what they get is private (umask 077: submitit's pickles, script and
+    folders, and the logs Slurm opens with the submitter's umask), and the password is in this
+    process's environment, which sbatch (or the local executor) passes on. SBATCH_EXPORT names it
+    on top of what the site's SBATCH_EXPORT, else the script's --export (`export`), asked: sbatch
+    takes its environment over the script's options."""
+    saved = {n: os.environ.get(n) for n in [*secrets, "SBATCH_EXPORT"]}
+    mask = os.umask(0o077)
+    os.environ.update(secrets)
+    if secrets:
+        os.environ["SBATCH_EXPORT"] = exported(list(secrets), os.environ.get("SBATCH_EXPORT") or export)
+    try:
+        yield
+    finally:
+        os.umask(mask)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def private_folder(folder: Path) -> Path:
+    """`folder` made, or kept, readable by its owner alone: the jobs' pickles, scripts and logs."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    return folder
 
 
 def slurm_parameters(minutes: int, code: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """A `suite launch` job's own process: the time limit's signal, what a stop put back, the array it
-cancels when a time limit is shorter than a trial, and the check that it runs the launcher's code.
+cancels when a time limit is shorter than a trial, the check that it runs the launcher's code, and
+the storage's password from its environment.
 `suite.commands.launch_job.worker_job` is what the job runs; signals and processes live here, in
 the study stage (docs/contributing.md).
 
@@ -12,6 +13,7 @@ line and cancels the rest of its array.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -24,6 +26,9 @@ from suite.errors import SuiteError
 TIME_LIMIT = signal.SIGUSR2  # submitit's --signal (SUBMITIT_PREEMPT_SIGNAL unset)
 TIME_LIMITED_ATTR = "time_limited"  # study attr: key -> [[array job, seconds it ran, limit min], ...]
 MAX_TIME_LIMITED = 2  # put-backs by one launch's time limits before a trial is held
+# The variable that hands a job its storage's password (`launch` exports it by name, not value):
+# libpq reads PGPASSWORD itself; a MySQL job puts SUITE_STORAGE_PASSWORD back into its URL, in memory.
+PASSWORD_ENV = {"postgresql": "PGPASSWORD", "mysql": "SUITE_STORAGE_PASSWORD"}
 
 
 class BeforeStart(KeyboardInterrupt):
@@ -50,6 +55,18 @@ def check_code(code: str) -> None:
             f"this job imported suite from {here}, the launcher ran {code}: run both from one "
             "checkout (PYTHONPATH or the venv's install)"
         )
+
+
+def with_password(request: Request) -> Request:
+    """A MySQL job's storage URL with the password `launch` handed over in its environment, in this
+    process's memory only (a PostgreSQL job's libpq reads PGPASSWORD itself)."""
+    password = os.environ.get(PASSWORD_ENV["mysql"])
+    if not password or not str(request.storage).startswith("mysql"):
+        return request
+    from sqlalchemy.engine import make_url
+
+    url = make_url(str(request.storage))._replace(password=password)
+    return dataclasses.replace(request, storage=url.render_as_string(hide_password=False))
 
 
 def stopped(request: Request, why: str, limit_min: int | None) -> str:
