@@ -23,7 +23,7 @@ run: venv
 test: venv
 	$(BIN)/ruff check suite tests benchmarks analysis  # first: seconds, where the tests take minutes
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # docs/ -> build/docs/: a dead link or a page not in nav fails (not --quiet: it hides the warnings strict counts)
-	SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q -n auto --dist load --durations=15 -m 'not slurm'  # one test process per core (pytest-xdist): each takes a first chunk of the collection, then the next tests as it frees (docs/contributing.md); the 15 slowest tests, to keep the suite fast; the real-Slurm tests are `slurm-test`
+	SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q -n auto --dist load --durations=15 -m 'not slurm and not coverage_sim'  # one test process per core (pytest-xdist): each takes a first chunk of the collection, then the next tests as it frees (docs/contributing.md); the 15 slowest tests, to keep the suite fast; the real-Slurm tests are `slurm-test`, the full coverage simulation `coverage-check`
 
 # The launch tests against a real Slurm and PostgreSQL (tests/test_launch_slurm.py), a step of its
 # own in CI (.ci/run starts both): about 1.5 minutes of jobs that import the suite, kept out of the
@@ -38,4 +38,10 @@ cross-check: venv
 	$(BIN)/python -m pip install -q --no-deps --target $(OVERLAY) rliable==1.2.0 'arch>=7,<8' absl-py 'pandas<3' pytz
 	PYTHONPATH=$(OVERLAY) SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q tests/test_aggregate.py
 
-.PHONY: venv run test slurm-test cross-check
+# The coverage table the intervals' flag states (suite/stats/estimates/coverage_table.json, written
+# by `python -m benchmarks.coverage_table`) simulated again at 4000 studies a cell: about 3 minutes
+# of one core, a CI step of its own (make test runs its 200-study smoke).
+coverage-check: venv
+	$(BIN)/python -m pytest -q -p no:xdist -m coverage_sim tests/test_coverage_table.py
+
+.PHONY: venv run test slurm-test cross-check coverage-check

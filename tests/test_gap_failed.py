@@ -25,8 +25,10 @@ def test_a_mean_that_one_failed_run_explains_is_not_a_gap() -> None:
     By hand: (63.34 - 52.7 / 5) / (4 / 5) = 65.99, our mean 66.0: one failed run explains it."""
     blind = gap_to_reported(OURS, 63.34, "mean", n_runs=5)  # plain scores: no failure rule known
     assert blind["p_two_sided"] < 0.05 and "failed_runs_explain" not in blind
+    assert "type-I is not held where runs collapse" in blind["fallback"]  # and it says so
     gap = gap_to_reported(runs(OURS), 63.34, "mean", n_runs=5)
-    assert gap["p_two_sided"] > 0.5 and gap["failed_runs_explain"] == 1
+    assert gap["p_two_sided"] > 0.5 and gap["failed_runs_explain"] == 1 and "fallback" not in gap
+    assert gap_to_reported(OURS, 63.34, "mean", n_runs=5, failure_baseline=0.527) == gap  # the keyword
     assert gap_to_reported(runs(OURS), 52.7, "mean", n_runs=5)["failed_runs_explain"] == 5
     assert gap_to_reported(runs(OURS), 40.0, "mean", n_runs=5)["p_two_sided"] < 0.05  # below the baseline
     above = gap_to_reported(runs(OURS), 70.0, "mean", n_runs=5)  # above ours: as before
@@ -86,7 +88,7 @@ def test_a_median_that_failed_runs_explain_is_not_a_gap() -> None:
     a failed run's score. 63.0 against our six runs: the mixture-blind test p = 0.04; two failed
     runs explain it (p 0.25). Above ours the test is the old one."""
     blind = gap_to_reported(OURS, 63.0, "median", n_runs=5)
-    assert blind["p_two_sided"] < 0.05 and "failed_runs_explain" not in blind
+    assert blind["p_two_sided"] < 0.05 and "failed_runs_explain" not in blind and "fallback" in blind
     gap = gap_to_reported(runs(OURS), 63.0, "median", n_runs=5)
     assert gap["p_two_sided"] > 0.2 and gap["failed_runs_explain"] == 2
     assert gap["reference"].startswith("median of 5 runs, any of them failed (scoring 52.7-52.7)")

@@ -25,7 +25,7 @@ def writable_problem(path: Path) -> str | None:
     if existing == path and not path.is_dir():
         return None if os.access(path, os.W_OK) else f"{path} is not writable"
     if not existing.is_dir():
-        return f"{existing} is not a folder"
+        return f"{existing} is a file, not a folder"
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".suite-probe-", dir=existing))
     except OSError:

@@ -55,7 +55,8 @@ def _citation(rep: dict[str, Any]) -> dict[str, Any]:
         "source": rep.get("source", ""),
         "url": url,
         "percentile": gap.get("percentile"),
-        "notes": rep.get("notes") or [],
+        # A median or mean tested without the failure rule's baseline says what its test cannot hold.
+        "notes": [*(rep.get("notes") or []), *([gap["fallback"]] if gap.get("fallback") else [])],
     }
 
 

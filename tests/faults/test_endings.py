@@ -176,7 +176,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_torch(tmp_path: Path
         assert line == "error: --out /proc/x: /proc is not writable; give another --out"
     line = _refused_early(["run", str(task), "--out", str(tmp_path / "a-file/runs")])
     where = tmp_path / "a-file"
-    assert line == f"error: --out {where}/runs: {where} is not a folder; give another --out"
+    assert line == f"error: --out {where}/runs: {where} is a file, not a folder; give another --out"
     for command in (["leaderboard", str(tmp_path)], ["site", str(tmp_path)], ["export", str(tmp_path)]):
         line = _refused_early([*command, "-o", "/proc/x/out"])
         assert line == "error: -o /proc/x/out: /proc is not writable; give another -o"

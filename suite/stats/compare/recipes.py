@@ -30,8 +30,8 @@ import suite.stats.compare.blocks as bk
 from suite.errors import SuiteError
 from suite.stats.compare.studies import failure_test, hodges_lehmann, paired, spread_test
 from suite.stats.decide import text, unpaired_units
-from suite.stats.design import exchangeable
-from suite.stats.estimates import intervals
+from suite.stats.design import by_setting, exchangeable, layout
+from suite.stats.estimates import flag_coverage, intervals
 from suite.study.records import TrialRecord, finite_scores, outcome, runs
 
 ALPHA = 0.05
@@ -104,6 +104,8 @@ def shift(a: list[TrialRecord], b: list[TrialRecord], seed: int = 0) -> dict[str
 
 def _row(name: str, side: list[dict[str, Any]], seed: int, resamples: int) -> dict[str, Any]:
     found = intervals(side, resamples=resamples, seed=seed)
+    if len(by_setting(side)) == 1:  # an interval that covers below 93% at this shape says its range
+        flag_coverage(found, side, layout(side).design)
     return {
         "recipe": name,
         "runs": len(side),
@@ -223,6 +225,19 @@ def _with_ci(block: dict[str, Any] | None, percent: bool = False) -> str:
     return f"{_pct(block['estimate'])} [{_pct(ci[0])}, {_pct(ci[1])}]" if ci else _pct(block["estimate"])
 
 
+def _flagged(row: dict[str, Any], name: str, notes: _Notes) -> str:
+    """A row's interval, with a footnote where it covers below 93% at the row's shape (coverage.py)."""
+    block = row[name]
+    low = (block or {}).get("coverage")
+    if not low or block.get("ci95") is None:
+        return _with_ci(block)
+    note = {
+        "name": f"{name.upper() if name == 'iqr' else name} interval",
+        "note": f"covers {low['measured']} at {low['shape']} (docs/statistics.md, Coverage by shape)",
+    }
+    return f"{_with_ci(block)} {notes.mark(note, row['recipe'])}"
+
+
 class _Notes:
     """Footnotes: a test's note once per table, marked [k] in the rows it applies to."""
 
@@ -276,7 +291,8 @@ def format_recipe_table(tables: list[dict[str, Any]], metric: str) -> str:
                 f"{r['recipe']:{width}s} {r['runs']:3d}  "
                 + (f"{trainable(r):16s} " if counted else "")
                 + f"{_with_ci(r['failure_rate'], True):20s} "
-                f"{_with_ci(r['median']):20s} {_with_ci(r['iqr']):20s} {_with_ci(r['std']):20s} | "
+                + " ".join(f"{_flagged(r, name, notes):20s}" for name in ("median", "iqr", "std"))
+                + " | "
             )
             lines.append(
                 cells + ("(reference)" if r["recipe"] == r["reference"] else f"vs {r['reference']}: n/a")

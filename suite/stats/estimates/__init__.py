@@ -7,6 +7,7 @@ small dev set adds to a score's movement (`example_summary`). Every interval is 
 across the examples of one dev set, and none has zero width where the runs cannot bound it."""
 
 from suite.stats.estimates.components import variance_components, variance_shares
+from suite.stats.estimates.coverage import coverage_table, flag_coverage, shape_of
 from suite.stats.estimates.example_metrics import PerExample, mean_scores, per_example_scores
 from suite.stats.estimates.examples import (
     agreement,
@@ -22,6 +23,7 @@ from suite.stats.estimates.expected_maximum import (
     WITHOUT_REPLACEMENT,
     expected_max,
 )
+from suite.stats.estimates.failed_runs import failed_values, failure_bounds, widened_mean, widened_std
 from suite.stats.estimates.failure_rate import failure_interval, least_share, wilson
 from suite.stats.estimates.gap import gap_to_reported
 from suite.stats.estimates.gap_reference import predictive_draws
@@ -52,6 +54,7 @@ __all__ = [
     "Statistic",
     "agreement",
     "bootstrap_ci",
+    "coverage_table",
     "design_bootstrap",
     "dev_sampling_error",
     "dev_sampling_errors",
@@ -59,8 +62,11 @@ __all__ = [
     "example_summary",
     "expected_max",
     "explained_by_settings",
+    "failed_values",
     "failure_breakdown",
+    "failure_bounds",
     "failure_interval",
+    "flag_coverage",
     "fleiss_kappa",
     "gap_to_reported",
     "hyperparameter_importance",
@@ -73,10 +79,13 @@ __all__ = [
     "predictive_draws",
     "reduce",
     "seeds_needed",
+    "shape_of",
     "spread",
     "stacked_intervals",
     "summarize",
     "variance_components",
     "variance_shares",
+    "widened_mean",
+    "widened_std",
     "wilson",
 ]

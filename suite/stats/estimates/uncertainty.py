@@ -36,8 +36,9 @@ from suite.stats.design import (
     stacked_widening,
     widening,
 )
+from suite.stats.estimates.failed_runs import failed_values, failure_bounds, widened_mean, widened_std
 from suite.stats.estimates.failure_rate import failure_interval, least_share
-from suite.study.records import TrialRecord
+from suite.study.records import TrialRecord, outcome, score
 
 Statistic = str | Callable[[np.ndarray], float]
 PERCENTILE = "percentile bootstrap, 95%"
@@ -49,6 +50,10 @@ TIED = "cannot bound: all {n} runs scored {value:.6g}; a run that differs could 
 PINNED = "the median is {value:.6g}: at 95% over half of all runs score exactly that ({k} of {n} here)"
 FLAT = "cannot bound: no resample of the runs moves it (nearly all runs alike)"
 NO_SCORE = "no value: no run has a score"
+WIDE_NONE = (
+    "cannot bound: runs can fail here (the failure rule has a baseline), and the runs that succeeded "
+    "are too few or too alike to bound their own {name}"
+)
 
 
 def widen(
@@ -228,12 +233,42 @@ def tied(x: np.ndarray, levels: np.ndarray) -> dict[str, Any]:
 def stacked_intervals(
     lay: Layout, grids: np.ndarray, statistic: str, resamples: int = 1000, seed: int = 0
 ) -> np.ndarray:
-    """`intervals`' median or mean interval for T studies of one layout at once, `grids`
-    (T, S, A, C) -> (T, 2) (simulations: the same code as `intervals`, vectorised)."""
+    """`intervals`' median, mean, std or IQR interval (failed runs as scored, not widened) for T
+    studies of one layout at once, `grids` (T, S, A, C) -> (T, 2), NaN where none (simulations:
+    the same rules as `intervals`, vectorised; tests/test_coverage_table.py holds them equal)."""
     rng = np.random.default_rng(seed)
     flat = grids.reshape(len(grids), -1)
     replicates = reduce(resample(lay, resamples, rng, grids).reshape(len(grids), resamples, -1), statistic)
-    return calibrated_ci(reduce(flat, statistic), replicates, *stacked_terms(lay, grids), flat, statistic)
+    terms = stacked_terms(lay, grids)
+    if statistic in ("std", "iqr"):
+        return _stacked_spread(
+            reduce(flat, statistic), replicates, stacked_widening(*terms)[0], flat, statistic
+        )
+    return calibrated_ci(reduce(flat, statistic), replicates, *terms, flat, statistic)
+
+
+def _stacked_spread(
+    estimate: np.ndarray, replicates: np.ndarray, factor: np.ndarray, x: np.ndarray, statistic: str
+) -> np.ndarray:
+    """(T, 2) std or IQR intervals as `intervals` makes them: `widen` of the percentile interval
+    (std: basic on the log scale; IQR: log scale), NaN where the runs allow none."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = np.nanpercentile(replicates, [2.5, 97.5], axis=1)
+    with np.errstate(all="ignore"):
+        logged = (estimate > 0) & (lo > 0)
+        low, high = (
+            (1 / (hi / estimate), 1 / (lo / estimate))
+            if statistic == "std"
+            else (lo / estimate, hi / estimate)
+        )
+        floor = (lo <= 0) & (0 <= estimate)
+        ci_low = np.where(
+            logged, estimate * low**factor, np.where(floor, 0.0, estimate - factor * (estimate - lo))
+        )
+        ci_high = np.where(logged, estimate * high**factor, estimate + factor * (hi - estimate))
+    none = no_spread(x) | ~(ci_high > ci_low)
+    return np.where(none[:, None], np.nan, np.stack([ci_low, ci_high], 1))
 
 
 STATISTICS = ("median", "mean", "std", "iqr", "failure_rate")
@@ -245,6 +280,7 @@ def intervals(
     seed: int = 0,
     exclude_failed: bool = False,
     statistics: Sequence[str] = STATISTICS,
+    succeeded: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """{median, mean, std, iqr: {estimate, ci95, unit, method, widening}} of the runs' scores
     (failed runs as scored unless excluded), and failure_rate (`failure_interval`: over seed
@@ -255,6 +291,11 @@ def intervals(
     tie, each statistic also gets `tied` (the share of runs at that value they do bound). Zero
     width only for a `pinned` median. No score at all (every trial errored or diverged): estimate
     and ci95 None, `method` NO_SCORE.
+    Where runs can fail (the records say where a failed run scores: `failed_values`), the mean and
+    std of every run are stated for any failure rate (failed_runs.py: `widened` says over what),
+    from the succeeded runs' own intervals (`succeeded`: `intervals(..., exclude_failed=True)` of
+    the same records, resamples and seed, computed here when not given); none where the succeeded
+    runs bound none. Their coverage per shape: coverage.py's table.
 
     Measured coverage at nominal 95% (2000 simulated studies each, Monte-Carlo SE 0.5%; normal,
     lognormal(0, 0.5), beta(8, 1.5), and 25% / 40% of runs, or of init seeds on a grid,
@@ -266,9 +307,11 @@ def intervals(
     4.4, exact t 4.4); from N = 5 within 0-10% of the old. Std of 5-60 normal runs 92-94%; IQR
     96-98%. lognormal(0, 1) (skewness 6): the mean covers 85% at N = 3-10, as a t interval does.
     Collapsed runs 4-5 SD below (RTE's depth; 20-30% of runs): the median 95.9-98.7% at N = 3, 5,
-    6, 10, the mean only 85.8-91.8% at N = 5-6 (92-93% at 3, 90.9-95.2% at 10): a sample in which
-    no run collapsed says nothing of the collapse. 90% of 6 runs failed: 100% where an interval
-    is given (the 54% of studies whose runs all failed get none; the old [b, b]: 46-47%)."""
+    6, 10, the unwidened mean only 85.8-91.8% at N = 5-6 (92-93% at 3, 90.9-95.2% at 10), and in
+    the entries that drew no failed run far less: a sample in which no run collapsed says nothing
+    of the collapse (hence the widened mean). 90% of 6 runs failed: 100% where an interval is
+    given (the 54% of studies whose runs all failed get none; the old [b, b]: 46-47%). The
+    coverage of each interval as stated, per shape: benchmarks/coverage_table.py."""
     wanted = [name for name in STATISTICS[:4] if name in statistics]
     reducers = [partial(_reduce_each, names=wanted)] if wanted else []  # one reducer: one partition
     found, unit, terms = bootstrap_reduced(records, reducers, resamples, seed, exclude_failed)
@@ -303,7 +346,45 @@ def intervals(
             out[name]["tied"] = tied(x, n)
     if not exclude_failed and "failure_rate" in statistics:
         out["failure_rate"] = failure_interval(records, resamples, seed)
+    at = None if exclude_failed else failed_values(records)
+    if at is not None and x.size >= 2 and spread and {"mean", "std"} & set(wanted):
+        if succeeded is None:
+            succeeded = intervals(records, resamples, seed, exclude_failed=True, statistics=("mean", "std"))
+        failed = sum(outcome(r) == "failed" and np.isfinite(score(r)) for r in records)
+        units = float(min(n, default=x.size))
+        share = failure_bounds(np.array([failed]), np.array([x.size]), units)
+        for name in [k for k in ("mean", "std") if k in wanted]:
+            out[name] = _widened(out[name], name, share, succeeded, at, int(units))
     return out
+
+
+def _widened(
+    block: dict[str, Any], name: str, share: np.ndarray, succeeded: dict[str, dict[str, Any]],
+    at: tuple[float, float], units: int,
+) -> dict[str, Any]:  # fmt: skip
+    """The mean or std of runs that can fail (failed_runs.py): over p's exact interval `share`,
+    the `succeeded` runs' intervals and a failed run's score in `at`; none where the succeeded runs
+    give no interval of their mean (or std)."""
+    mean, std = (np.array([succeeded[k]["ci95"] or [np.nan] * 2], dtype=float) for k in ("mean", "std"))
+    found = (widened_mean(share, mean, at) if name == "mean" else widened_std(share, mean, std, at))[0]
+    low, high = share[0]
+    where = f"{at[0]:.4g}" if at[0] == at[1] else f"{at[0]:.4g} to {at[1]:.4g}"
+    rate = f"p in [{low:.2f}, {high:.2f}] (exact binomial 95% interval on {units} seed units)"
+    how = (
+        f"(1 - p) x the succeeded runs' mean + p x a failed run's score ({where}), over {rate} and "
+        "the succeeded runs' 95% interval: covers for any failure rate"
+        if name == "mean"
+        else f"the std of runs failing with probability {rate} at a score of {where}, over the "
+        "succeeded runs' 95% intervals of their mean and std: covers for any failure rate"
+    )
+    if not np.isfinite(found).all() or not found[1] > found[0]:
+        return block | {"ci95": None, "method": WIDE_NONE.format(name=name)}
+    widened = {
+        "failure_rate": [float(low), float(high)],
+        "succeeded": succeeded[name]["ci95"],
+        "failed_at": [float(v) for v in at],
+    }
+    return block | {"ci95": [float(v) for v in found], "method": how, "widened": widened}
 
 
 def median_interval(records: Sequence[TrialRecord], resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
