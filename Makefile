@@ -44,4 +44,15 @@ cross-check: venv
 coverage-check: venv
 	$(BIN)/python -m pytest -q -p no:xdist -m coverage_sim tests/test_coverage_table.py
 
-.PHONY: venv run test slurm-test cross-check coverage-check
+# The queue, resume and worker tests on the lowest Optuna pyproject allows (its floor, read from
+# pyproject.toml): the suite calls private Optuna names (docs/contributing.md), so the floor is a
+# tested version, not a guess; `make test` runs the newest the bound allows.
+OPTUNA_FLOOR := $(shell sed -n 's/.*"optuna>=\([0-9.]*\),.*/\1/p' pyproject.toml)
+FLOOR_OVERLAY ?= /tmp/suite-optuna-floor
+optuna-floor: venv
+	$(BIN)/python -m pip install -q --no-deps --target $(FLOOR_OVERLAY) optuna==$(OPTUNA_FLOOR)
+	PYTHONPATH=$(FLOOR_OVERLAY) SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q -n auto --dist load \
+	  tests/test_optuna_floor.py tests/test_planned_once.py tests/faults/test_kept_records.py \
+	  tests/faults/test_storage_races.py tests/faults/test_concurrent_runs.py tests/faults/test_rerun.py
+
+.PHONY: venv run test slurm-test cross-check coverage-check optuna-floor
