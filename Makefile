@@ -2,7 +2,9 @@
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
-DATA    ?= $(or $(SUITE_DATA_DIR),../shared/data)
+# The benchmark data: $SUITE_DATA_DIR, else ../shared/data where it exists, else none (the tasks
+# then read their pinned hub sources, which need the network; README, Install).
+DATA    ?= $(or $(SUITE_DATA_DIR),$(wildcard ../shared/data))
 TASK    ?= tasks/ner.yaml
 PROFILE ?= default
 # One single-threaded worker per core: ~1.2x faster than one worker x all cores (benchmarks/RESULTS.md).
@@ -23,7 +25,7 @@ run: venv
 test: venv
 	$(BIN)/ruff check suite tests benchmarks analysis  # first: seconds, where the tests take minutes
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # docs/ -> build/docs/: a dead link or a page not in nav fails (not --quiet: it hides the warnings strict counts)
-	SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q -n auto --dist load --durations=15 -m 'not slurm and not coverage_sim'  # one test process per core (pytest-xdist): each takes a first chunk of the collection, then the next tests as it frees (docs/contributing.md); the 15 slowest tests, to keep the suite fast; the real-Slurm tests are `slurm-test`, the full coverage simulation `coverage-check`
+	SUITE_DATA_DIR=$(DATA) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n auto --dist load --durations=15 -m 'not slurm and not coverage_sim'  # one test process per core (pytest-xdist): each takes a first chunk of the collection, then the next tests as it frees (docs/contributing.md); the 15 slowest tests, to keep the suite fast; the real-Slurm tests are `slurm-test`, the full coverage simulation `coverage-check`
 
 # The launch tests against a real Slurm and PostgreSQL (tests/test_launch_slurm.py), a step of its
 # own in CI (.ci/run starts both): about 1.5 minutes of jobs that import the suite, kept out of the

@@ -70,8 +70,9 @@ def _feature_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     path = Path(os.environ.get("SUITE_DATA_DIR", REPO.parent / "shared" / "data"))
-    if not (path / "glue").is_dir():
-        pytest.fail(f"real benchmark data not found at {path}; set SUITE_DATA_DIR")
+    if not (path / "glue").is_dir():  # never downloaded: CI has the data, a clone may not
+        missing = f"real benchmark data not found at {path}; set SUITE_DATA_DIR"
+        pytest.fail(missing) if os.environ.get("CI") == "true" else pytest.skip(missing)
     return path
 
 

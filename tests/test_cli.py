@@ -33,6 +33,14 @@ def test_missing_data_file(capsys, tmp_path: Path) -> None:  # noqa: ANN001
             "--quiet",
         ],
     )
+    assert err.strip() == (
+        f"error: task rte: field 'data.local': data folder {tmp_path}/glue/RTE not found; the data directory "
+        f"{tmp_path} comes from --data-dir or SUITE_DATA_DIR (a task with a hub source reads it when neither "
+        "is set)"
+    )
+    (tmp_path / "glue/RTE").mkdir(parents=True)  # the folder, without its files
+    err = _run_error(capsys, ["run", str(REPO / "tasks/rte.yaml"), "--data-dir", str(tmp_path), "--quiet",
+                              "--out", str(tmp_path / "runs")])  # fmt: skip
     assert "task rte: field 'data.train': data file not found" in err and "RTE/train.tsv" in err
 
 

@@ -23,6 +23,12 @@ def local_file(root: Path | None, folder: str, name: str | None, field: str, tas
         raise DataError(
             f"task {task}: field 'data.local' needs a data directory; set {ENV_VAR} or --data-dir"
         )
+    if not (root / folder).is_dir():
+        raise DataError(
+            f"task {task}: field 'data.local': data folder {root / folder} not found; the data "
+            f"directory {root} comes from --data-dir or {ENV_VAR} (a task with a hub source reads it "
+            "when neither is set)"
+        )
     path = root / folder / name
     if not path.is_file():
         name = field if "." in field else f"data.{field}"
