@@ -27,6 +27,16 @@ test: venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # docs/ -> build/docs/: a dead link or a page not in nav fails (not --quiet: it hides the warnings strict counts)
 	SUITE_DATA_DIR=$(DATA) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n auto --dist load --durations=15 -m 'not slurm and not coverage_sim'  # one test process per core (pytest-xdist): each takes a first chunk of the collection, then the next tests as it frees (docs/contributing.md); the 15 slowest tests, to keep the suite fast; the real-Slurm tests are `slurm-test`, the full coverage simulation `coverage-check`
 
+# The tier to run after each change: ruff, then every test that neither trains, reads the real
+# data, nor starts suite processes (markers `trains`, `slow`, `faults`: tests/conftest.py), every
+# module imported (tests/test_layout.py), with its line coverage of suite/stats and suite/config
+# (docs/contributing.md gives the figures). `make test`, which CI runs, stays the whole suite.
+FAST := not slow and not faults and not trains and not slurm and not coverage_sim
+test-fast: venv
+	$(BIN)/ruff check suite tests benchmarks analysis
+	SUITE_DATA_DIR=$(DATA) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n auto --dist load -m '$(FAST)' \
+	  --cov=suite.stats --cov=suite.config --cov-report=term:skip-covered
+
 # The launch tests against a real Slurm and PostgreSQL (tests/test_launch_slurm.py), a step of its
 # own in CI (.ci/run starts both): about 1.5 minutes of jobs that import the suite, kept out of the
 # 20 minutes of `make test`. Without Slurm they skip, the reason printed (-rs; they fail under CI=true).
@@ -57,4 +67,4 @@ optuna-floor: venv
 	  tests/test_optuna_floor.py tests/test_planned_once.py tests/faults/test_kept_records.py \
 	  tests/faults/test_storage_races.py tests/faults/test_concurrent_runs.py tests/faults/test_rerun.py
 
-.PHONY: venv run test slurm-test cross-check coverage-check optuna-floor
+.PHONY: venv run test test-fast slurm-test cross-check coverage-check optuna-floor

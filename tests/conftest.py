@@ -48,6 +48,11 @@ def _threads_per_test_process() -> None:
         torch.set_num_threads(max(1, torch.get_num_threads() // processes))
 
 
+# The fixtures that build or train models, or read the real benchmark data: a test using one is
+# marked `trains` (seconds to minutes each), and `make test-fast` runs the others.
+TRAINING_FIXTURES = {"tiny_models", "tiny_study", "tiny_ner", "four_layers", "tiny_tokenizers", "shared_data"}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest first: the tests that train the bundled model (`slow`) and those that start suite
     processes (`faults`) lead the collection. `--dist load` hands each test process a first chunk
@@ -55,6 +60,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     first process's chunk and the short ones run beside them in the other, rather than one long
     test landing last and running alone (handing the long ones out one at a time, side by side,
     measured slower: docs/contributing.md)."""
+
+    for item in items:  # `trains`, from the fixtures a test uses: `make test-fast` leaves them out
+        if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.trains)
 
     def rank(item: pytest.Item) -> int:
         return 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("faults") else 2

@@ -250,3 +250,16 @@ def test_the_checks_catch_a_late_import_and_a_circle(tmp_path: Path) -> None:
     assert stage_of("suite.commands.run", table) > stage_of("suite.stats.estimates.summary", table)
     assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_circle({"a": {"b"}, "b": set()}) is None
+
+
+def test_every_module_imports() -> None:
+    """Every module under suite/ imports (in `make test-fast` too, which runs no training): a
+    syntax error or a broken import in a module no fast test reaches still fails the tier."""
+    names = sorted(
+        ".".join(path.relative_to(SUITE.parent).with_suffix("").parts).removesuffix(".__init__")
+        for path in SUITE.rglob("*.py")
+        if path.name != "__main__.py"  # runs the CLI when imported
+    )
+    for name in names:
+        importlib.import_module(name)
+    assert len(names) > 100 and "suite.stats.estimates.coverage" in names

@@ -2,7 +2,6 @@
 
 import json
 import random
-import shutil
 from pathlib import Path
 
 import nbformat
@@ -14,22 +13,16 @@ from suite.outputs import leaderboard
 from suite.outputs.leaderboard import read_leaderboard, validate, write_leaderboard
 from suite.stats.compare import compare
 from suite.study.records import read_jsonl
-from tests.conftest import run_tiny, write_tiny_task
 from tests.test_site import REPORTED, write_run
 
 ONE_SETTING = ((2e-5, 16),)
 
 
-@pytest.fixture(scope="module")
-def trained_once(tiny_models, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: ANN001
-    """The tiny study, run once for the tests below (each reads or writes its own copy)."""
-    return run_tiny(write_tiny_task(tmp_path_factory.mktemp("study")), tiny_models["bert"])
-
-
 @pytest.fixture
-def finished_run(trained_once: Path, tmp_path: Path) -> Path:
-    """A copy of the finished tiny study's run folder: a test may write its report beside it."""
-    return shutil.copytree(trained_once, tmp_path / trained_once.name)
+def finished_run(tiny_study: tuple[Path, Path]) -> Path:
+    """The finished tiny study's run folder, a copy of this test's own (conftest's session fixture
+    trains it once per test process): a test may write its report beside it."""
+    return tiny_study[1]
 
 
 def test_run_writes_a_valid_leaderboard_entry(finished_run: Path) -> None:

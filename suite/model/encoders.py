@@ -25,36 +25,14 @@ hf_logging.disable_progress_bar()  # a study shows its own trial progress
 def _from_pretrained(loader: Any, target: str, name: str, local: bool = False, **kwargs: Any) -> Any:
     """`loader.from_pretrained`, from local files only when offline or `local` (already fetched)."""
     offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
-    from safetensors import SafetensorError
-
     try:
         return loader.from_pretrained(target, local_files_only=offline or local, **kwargs)
-    except SafetensorError as err:  # weights that went bad after the planner's check: one line too
-        raise ModelError(f"model {name!r}: its weights do not load ({err}); restore them") from None
     except (OSError, ValueError) as err:
         known = ", ".join(sorted(ALIASES))
         why = "offline and not in the local cache" if offline else str(err).splitlines()[0]
         raise ModelError(
             f"unknown model {name!r}: not an alias ({known}), a local folder, or a hub id ({why})"
         ) from None
-
-
-def check_weights(name: str) -> None:
-    """A local model folder's safetensors files, read by their headers without loading a tensor:
-    a torn or truncated file is one line naming it before any trial (transformers would raise the
-    Rust reader's error from deep inside `from_pretrained`). A hub checkpoint is its hub's to serve."""
-    from safetensors import SafetensorError, safe_open
-
-    folder = Path(resolve(name))
-    for path in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
-        try:
-            with safe_open(str(path), "pt"):
-                pass
-        except SafetensorError as err:
-            raise ModelError(
-                f"model {name!r}: {path} does not load ({err}); restore the folder's weights (a copy "
-                "that did not finish?)"
-            ) from None
 
 
 def load_tokenizer(name: str) -> Any:

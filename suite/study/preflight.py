@@ -14,7 +14,7 @@ from typing import Any
 from suite.config.sweep import SweepSpec
 from suite.data.hub import source_sha256
 from suite.data.subsample import ClassTooSmall
-from suite.errors import DataError, SpecError, SuiteError
+from suite.errors import DataError, ModelError, SpecError, SuiteError
 from suite.heads.registry import PreparedTask
 
 
@@ -102,6 +102,27 @@ def data_hashes(task: PreparedTask) -> dict[str, str | None]:
     """Content hash of every data file the plan reads (call after `check_planned_inputs`,
     which loads every split); a hub split by its datasets fingerprint, else its source string."""
     return {label: source_sha256(source) or source for label, source in sorted(task.data.sources.items())}
+
+
+def check_weights(name: str) -> None:
+    """A local model folder's safetensors files, read by their headers without loading a tensor:
+    a torn or truncated file is one line naming it before any trial (transformers would raise the
+    Rust reader's error from deep inside `from_pretrained`); a hub checkpoint is its hub's to serve.
+    Here, not in the pinned encoders module: it decides no number."""
+    from safetensors import SafetensorError, safe_open
+
+    from suite.model.names import resolve
+
+    folder = Path(resolve(name))
+    for path in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
+        try:
+            with safe_open(str(path), "pt"):
+                pass
+        except SafetensorError as err:
+            raise ModelError(
+                f"model {name!r}: {path} does not load ({err}); restore the folder's weights (a copy "
+                "that did not finish?)"
+            ) from None
 
 
 def check_writable(folder: Path) -> None:

@@ -340,9 +340,9 @@ def _checked(
         os.environ["HF_HUB_OFFLINE"] = "1"
     from suite.heads.registry import prepare_task
     from suite.identity import software_stack
-    from suite.model.encoders import check_weights, load_encoder, load_tokenizer
+    from suite.model.encoders import load_encoder, load_tokenizer
     from suite.model.stabilisers import check_sweep
-    from suite.study.preflight import check_planned_inputs
+    from suite.study.preflight import check_planned_inputs, check_weights
 
     check_weights(model)
     tokenizer = load_tokenizer(model)
