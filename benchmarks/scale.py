@@ -16,6 +16,10 @@ PostgreSQL (`--postgres URL`, by default SUITE_TEST_POSTGRES_URL), and the progr
 stored study of N ended runs.
 A command past --timeout prints as `>T`; the base's later sizes of that command are skipped, and
 `site` where its leaderboard timed out prints as `n/r` (not run).
+First, in this process: the quartiles of bootstrap replicates (what a leaderboard's median and IQR
+intervals read, suite.stats.estimates.uncertainty) ordered by a sort of each row and by a partition
+at the places they read, 20,000,000 values at 1,000 to 100,000 a row, with the sort / partition
+ratio (`--quantiles-only` for it alone).
 """
 
 from __future__ import annotations
@@ -223,6 +227,41 @@ def _storage_script(script: str, code: Path, cwd: str, *argv: str) -> list[str]:
     return done.stdout.split()
 
 
+def quantile_orders(
+    lengths: tuple[int, ...] = (1_000, 2_000, 10_000, 100_000), cells: int = 20_000_000
+) -> None:
+    """Seconds to order bootstrap replicates (rows of runs drawn with replacement) for their
+    quartiles, by a sort of each row and by a partition at the places the quartiles read (each
+    row with the same count of values, as a leaderboard's are), best of 3, interleaved; the
+    quartiles both give are checked equal."""
+    import numpy as np
+
+    from suite.stats.estimates import uncertainty
+
+    levels = [0.25, 0.5, 0.75]
+    print("quartiles of bootstrap replicates, 20,000,000 values: sort vs partition (s, best of 3)")
+    for length in lengths:
+        rng = np.random.default_rng(length)
+        runs = np.round(rng.normal(0.8, 0.02, length), 4)  # scores to 4 decimals: ties, as F1 has
+        x = runs[rng.integers(0, length, (cells // length, length))]
+        places = np.unique([p for q in levels for p in uncertainty._places(q, np.array(length))[1:]])
+        ways = {
+            "sort": lambda v: np.sort(v, axis=-1),
+            "partition": lambda v, at=places: np.partition(v, at, axis=-1),
+        }
+        best, found = dict.fromkeys(ways, float("inf")), {}
+        for _ in range(3):
+            for name, way in ways.items():
+                start = time.perf_counter()
+                found[name] = way(x)[:, places]
+                best[name] = min(best[name], time.perf_counter() - start)
+        same = "" if np.array_equal(found["sort"], found["partition"]) else ", QUARTILES DIFFER"
+        print(
+            f"  {len(x):>6,} rows x {length:>7,} runs: sort {best['sort']:.3f}, partition "
+            f"{best['partition']:.3f}, sort / partition {best['sort'] / best['partition']:.2f}{same}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1_000, 10_000, 100_000])
@@ -235,9 +274,13 @@ def main() -> None:
     side = parser.add_mutually_exclusive_group()
     side.add_argument("--no-storage", action="store_true")
     side.add_argument("--storage-only", action="store_true", help="the storage side alone")
+    side.add_argument("--quantiles-only", action="store_true", help="the quartiles' sort vs partition alone")
     parser.add_argument("--postgres", default=os.environ.get("SUITE_TEST_POSTGRES_URL"), help="URL")
     args = parser.parse_args()
     args.sizes = [100, 1_000] if args.quick else sorted(args.sizes)
+    quantile_orders()
+    if args.quantiles_only:
+        return
     here = Path(__file__).resolve().parent.parent
     codes = {"this": here}
     if args.base:

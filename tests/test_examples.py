@@ -17,6 +17,37 @@ def test_fleiss_kappa_matches_the_worked_example() -> None:
     assert fleiss_kappa(table) == pytest.approx(0.210, abs=5e-4)
 
 
+def _fleiss_1971(table: np.ndarray) -> float:
+    """Fleiss (1971)'s kappa by hand: the mean agreement of the examples against chance from the
+    categories' shares; 1 where chance agreement is 1 (every rater in one category throughout)."""
+    table = np.asarray(table, dtype=float)
+    raters = table.sum(1)[0]
+    p_category = table.sum(0) / table.sum()
+    p_example = ((table**2).sum(1) - raters) / (raters * (raters - 1))
+    expected = float((p_category**2).sum())
+    return 1.0 if expected == 1 else float((p_example.mean() - expected) / (1 - expected))
+
+
+def test_fleiss_kappa_is_the_1971_formula_on_random_tables() -> None:
+    """300 random tables (1-59 examples, 2-5 categories, 2-11 raters, shares from even to nearly
+    one-sided), a tenth with every rater in one category (chance agreement 1: statsmodels alone
+    would give NaN) and a tenth unanimous per example: the same floats as Fleiss' formula."""
+    rng = np.random.default_rng(64)
+    for t in range(300):
+        rows, k, raters = int(rng.integers(1, 60)), int(rng.integers(2, 6)), int(rng.integers(2, 12))
+        table = np.zeros((rows, k), int)
+        if t % 10 == 0:
+            table[:, int(rng.integers(k))] = raters
+        elif t % 10 == 1:
+            table[np.arange(rows), rng.integers(0, k, rows)] = raters
+        else:
+            shares = rng.dirichlet(np.ones(k) * rng.choice([0.2, 1.0, 5.0]))
+            table = np.array([rng.multinomial(raters, shares) for _ in range(rows)])
+        found, expected = fleiss_kappa(table), _fleiss_1971(table)
+        assert found == expected or (np.isnan(found) and np.isnan(expected)), (t, found, expected)
+        assert t % 10 != 0 or found == 1.0
+
+
 def test_dev_sampling_error_of_accuracy_is_the_binomial_one() -> None:
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 2000)

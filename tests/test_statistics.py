@@ -7,7 +7,6 @@ import pytest
 from scipy import stats
 
 from suite.stats.estimates import (
-    bootstrap_ci,
     expected_max,
     explained_by_settings,
     gap_to_reported,
@@ -46,23 +45,6 @@ def test_expected_max_at_one_is_the_mean_and_never_above_the_max() -> None:
         len(expected_max(scores, n_max=8)) == 8
         and len(expected_max(scores, n_max=8, method="without_replacement")) == 5
     )
-
-
-@pytest.mark.parametrize("statistic, truth", [("mean", 0.0), ("median", 0.0)])
-def test_bootstrap_ci_covers_the_truth_about_95_percent(statistic: str, truth: float) -> None:
-    rng = np.random.default_rng(1)
-    hits = 0
-    trials = 300
-    for i in range(trials):
-        low, high = bootstrap_ci(rng.normal(truth, 1.0, size=40), statistic, seed=i, resamples=1000)
-        hits += low <= truth <= high
-    assert 0.90 <= hits / trials <= 0.985
-
-
-def test_bootstrap_is_seeded() -> None:
-    x = np.random.default_rng(2).normal(size=20)
-    assert bootstrap_ci(x, seed=5) == bootstrap_ci(x, seed=5)
-    assert bootstrap_ci([0.3]) is None
 
 
 def test_failures_are_counted_and_reported_both_ways() -> None:

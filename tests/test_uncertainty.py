@@ -15,7 +15,6 @@ from scipy import stats
 
 from suite.stats.design import Layout, bootstrap_reduced, bootstrap_samples, layout, resample, seeds
 from suite.stats.estimates import (
-    design_bootstrap,
     expected_max,
     gap_to_reported,
     intervals,
@@ -72,10 +71,11 @@ def test_crossed_bootstrap_takes_whole_rows_and_columns() -> None:
     assert not (init == init[:, :1]).all()
 
 
-def test_design_bootstrap_of_any_statistic_is_seeded_and_labelled() -> None:
+def test_the_design_bootstrap_of_any_statistic_is_seeded_and_labelled() -> None:
     records = grid_records(np.random.default_rng(0).normal(size=(1, 4, 4)))
-    a, unit = design_bootstrap(records, lambda x: float(np.ptp(x)), resamples=50, seed=3)
-    b, _ = design_bootstrap(records, lambda x: float(np.ptp(x)), resamples=50, seed=3)
+    spread = [lambda rows: reduce(rows, lambda x: float(np.ptp(x)))]
+    (a,), unit, _ = bootstrap_reduced(records, spread, resamples=50, seed=3)
+    (b,), _, _ = bootstrap_reduced(records, spread, resamples=50, seed=3)
     assert unit == "init x order seeds" and np.array_equal(a, b) and a.shape == (50,)
 
 

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from suite.stats.compare import outperform
 from suite.stats.design import stacked_widening
 from suite.stats.estimates import least_share
 
@@ -92,13 +93,8 @@ def profile_factor(per_task: Sequence[np.ndarray], taus: np.ndarray) -> np.ndarr
 
 def improvement_factor(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
     """Widening of the average probability of improvement: per task and side, each run's placement
-    (its share of the other side's runs it beats, ties 1/2)."""
-    columns = []
-    for x, y in pairs:
-        diff = x[..., :, None] - y[..., None, :]
-        wins = (diff > 0) + 0.5 * (diff == 0)
-        columns += [wins.mean(-1), wins.mean(-2)]
-    return _factor(columns)
+    (its share of the other side's runs it beats, ties 1/2; `outperform.placements`)."""
+    return _factor([side for x, y in pairs for side in outperform.placements(x, y)])
 
 
 def calibrated(estimate: np.ndarray, bounds: np.ndarray, factor: np.ndarray, method: str) -> np.ndarray:

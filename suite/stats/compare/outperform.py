@@ -90,6 +90,17 @@ def share(xa: np.ndarray, xb: np.ndarray, paired: bool) -> np.ndarray:
     return wins(xa[..., :, None], xb[..., None, :]).mean((-2, -1))
 
 
+def placements(xa: np.ndarray, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each run's place among the other arm's runs (unpaired, ties 1/2): (..., m) the share of B's
+    runs each run of A beats, (..., n) the share of A's runs that beat each run of B: the row and
+    column means of the m x n matrix of wins, counted by rank past PAIRWISE_CELLS (1-D arms)."""
+    m, n = xa.shape[-1], xb.shape[-1]
+    if xa.ndim == 1 and m * n > PAIRWISE_CELLS:
+        return _beaten(xa, xb, np.ones(n)) / n, (m - _beaten(xb, xa, np.ones(m))) / m
+    c = wins(xa[..., :, None], xb[..., None, :])
+    return c.mean(-1), c.mean(-2)
+
+
 def _beaten(xa: np.ndarray, xb: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """(..., m): for each run of A, the weight of B's runs it beats plus half the weight of those
     it ties, for each row of `weights` (..., n) over B's runs: from the cumulative weight of B in

@@ -48,7 +48,15 @@ import numpy as np
 from scipy import stats
 
 from suite.stats.compare.blocks import ahead
-from suite.stats.decide import differences, moses_k, pair_up, signed_rank_k, unit_grid, unit_t, welch_t
+from suite.stats.decide import (
+    differences,
+    moses_interval,
+    pair_up,
+    unit_grid,
+    unit_t,
+    walsh_interval,
+    welch_t,
+)
 from suite.stats.design import exchangeable
 from suite.stats.estimates import median_interval
 from suite.study.records import TrialRecord, finite_scores, runs, score
@@ -165,30 +173,13 @@ def look_alpha(n_looks: int, alpha: float = ALPHA) -> float:
     return alpha / max(n_looks, 1)
 
 
-def _kth(ordered: np.ndarray, k: int) -> np.ndarray:
-    """(..., 2): the k-th smallest and k-th largest along the last axis; NaN when k < 1."""
-    if k < 1:
-        return np.full((*ordered.shape[:-1], 2), np.nan)
-    return np.stack([ordered[..., k - 1], ordered[..., ordered.shape[-1] - k]], -1)
-
-
-def moses_ci(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Hodges-Lehmann shift y - x (last axis: runs) and its exact Moses interval at level
-    1 - alpha, (..., 2), NaN where these run counts allow none (`exact.moses_interval` at any level)."""
-    m, n = x.shape[-1], y.shape[-1]
-    d = np.sort((y[..., None, :] - x[..., :, None]).reshape(*x.shape[:-1], m * n), axis=-1)
-    k = moses_k(m, n, alpha)
-    return np.median(d, axis=-1), _kth(d, k)
-
-
-def walsh_ci(d: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Paired Hodges-Lehmann shift (median of the Walsh averages of differences d, last axis) and
-    the exact signed-rank interval at level 1 - alpha, NaN where none (`exact.walsh_interval`)."""
-    n = d.shape[-1]
-    i, j = np.triu_indices(n)
-    walsh = np.sort((d[..., i] + d[..., j]) / 2, axis=-1)
-    k = signed_rank_k(n, alpha)
-    return np.median(walsh, axis=-1), _kth(walsh, k)
+def _or_nan(
+    found: tuple[np.ndarray, np.ndarray | None], lead: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """An (estimate, interval) of `exact.moses_interval` or `exact.walsh_interval` with the interval
+    as NaN (lead..., 2) where these runs allow none at this level, so that T studies stack."""
+    estimate, ci = found
+    return estimate, np.full((*lead, 2), np.nan) if ci is None else ci
 
 
 def stacked_shift(
@@ -197,11 +188,12 @@ def stacked_shift(
     """`shift_interval` of T studies of independent runs at once, arms (T, n) (paired: run i of
     both arms shares its seeds): (estimates (T,), intervals (T, 2), NaN: none; whether paired).
     Paired where the signed-rank interval exists at these pairs, else Moses on the runs."""
+    lead = xa.shape[:-1]
     if paired:
-        estimate, ci = walsh_ci(xb - xa, alpha)
+        estimate, ci = _or_nan(walsh_interval(xb - xa, alpha), lead)
         if np.isfinite(ci).all(-1).any():  # whether it exists depends on the pairs and alpha only
             return estimate, ci, True
-    estimate, ci = moses_ci(xa, xb, alpha)
+    estimate, ci = _or_nan(moses_interval(xa, xb, alpha), lead)
     return estimate, ci, False
 
 
@@ -234,14 +226,14 @@ def shift_interval(
             found = unit_t(g[None], g.ndim) if g.size >= 2 else None
             return _shift(*_t_ci(found, alpha), True, "mean difference, t on seed units, paired")
         d = np.array([score(rb) - score(ra) for ra, rb in pairs])
-        estimate, ci = walsh_ci(d, alpha)
+        estimate, ci = _or_nan(walsh_interval(d, alpha), ())
         if np.isfinite(ci[0]) or not (exchangeable(a) and exchangeable(b)):
             return _shift(float(estimate), _listed(ci), True, "paired Hodges-Lehmann, exact signed-rank")
     if exchangeable(a) and exchangeable(b):
         xa, xb = finite_scores(a), finite_scores(b)
         if min(xa.size, xb.size) < 1:
             return _shift(None, None, False, "Hodges-Lehmann, exact Moses")
-        estimate, ci = moses_ci(xa, xb, alpha)
+        estimate, ci = _or_nan(moses_interval(xa, xb, alpha), ())
         return _shift(float(estimate), _listed(ci), False, "Hodges-Lehmann, exact Moses")
     (ga, _), (gb, _) = unit_grid(a), unit_grid(b)
     found = welch_t(ga[None], ga.ndim, gb[None], gb.ndim) if min(ga.size, gb.size) >= 2 else None

@@ -16,7 +16,6 @@ from suite.stats.decide.decidable import (
 from suite.stats.decide.exact import (
     RESAMPLES,
     fisher_p,
-    mann_whitney_p,
     mean_shift,
     median_shift,
     moses_interval,
@@ -52,7 +51,6 @@ __all__ = [
     "fisher_min_p",
     "fisher_p",
     "fisher_runs_needed",
-    "mann_whitney_p",
     "mean_shift",
     "mean_variance",
     "median_shift",

@@ -226,15 +226,11 @@ _ON_SORTED_RANKS: tuple[tuple[Statistic, Callable[..., np.ndarray]], ...] = (
 )
 
 
-def mann_whitney_p(x: np.ndarray, y: np.ndarray, resamples: int = RESAMPLES, seed: int = 0) -> np.ndarray:
-    """Mann-Whitney as the permutation test of the mean rank (mid-ranks for ties): exact with ties."""
-    return permutation_p(*ranked(x, y), mean_shift, resamples, seed)
-
-
 def signed_rank_p(d: np.ndarray, resamples: int = 2**16, seed: int = 0) -> np.ndarray:
     """Wilcoxon signed-rank test of paired differences (zeros dropped, mid-ranks for ties), by sign
-    flips: all 2^n patterns up to `resamples`, else a random sample. Exact with zeros and ties, unlike
-    the normal approximation scipy falls back to when a zero occurs."""
+    flips: all 2^n patterns up to `resamples` (exact, zeros and ties included, to 16 pairs by
+    default), else a random sample of them. scipy's `wilcoxon` (1.15 on) is exact with a zero or a
+    tie only to 13 pairs (every sign flip) and past that falls back to the normal approximation."""
     n = d.shape[-1]
     zero = d == 0
     ranks = stats.rankdata(np.abs(d), axis=-1) - zero.sum(-1, keepdims=True)
@@ -283,11 +279,15 @@ def moses_k(m: int, n: int, alpha: float = ALPHA) -> int:
 PAIRWISE_CELLS = 4_000_000  # above m x n this many, order statistics of y - x by search, not a sort
 
 
-def moses_interval(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Hodges-Lehmann shift y - x (median of all pairwise differences) and its Moses 95% interval,
-    (..., 2), or None when none exists at these run counts."""
+def moses_interval(
+    x: np.ndarray, y: np.ndarray, alpha: float = ALPHA
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Hodges-Lehmann shift y - x (median of all pairwise differences; last axis: runs) and its
+    exact Moses interval at level 1 - alpha (95% by default), (..., 2), or None when none exists at
+    these run counts and this level. The one home of both: `compare` reads it at 95%, the
+    sequential rule (sequential.py) at each look's share of alpha."""
     m, n = x.shape[-1], y.shape[-1]
-    k = moses_k(m, n)
+    k = moses_k(m, n, alpha)
     if x.ndim == 1 and m * n > PAIRWISE_CELLS:  # 10,000 runs a side: 10^8 differences to sort
         xs, ys = np.sort(x), np.sort(y)
         ci = (
@@ -354,14 +354,15 @@ def signed_rank_k(n: int, alpha: float = ALPHA) -> int:
     return int(np.searchsorted(_signed_rank_cdf(n), alpha / 2, side="right"))
 
 
-def walsh_interval(d: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """One-sample Hodges-Lehmann shift of paired differences (median of the Walsh averages) and the
-    exact Wilcoxon signed-rank 95% interval (k-th smallest and largest Walsh average), (..., 2), or
-    None below 6 pairs (the smallest two-sided level at 5 pairs is 1/16)."""
+def walsh_interval(d: np.ndarray, alpha: float = ALPHA) -> tuple[np.ndarray, np.ndarray | None]:
+    """One-sample Hodges-Lehmann shift of paired differences d (last axis; the median of the Walsh
+    averages) and the exact Wilcoxon signed-rank interval at level 1 - alpha (95% by default: the
+    k-th smallest and largest Walsh average), (..., 2), or None where these pairs allow none (at
+    95%, below 6 pairs: the smallest two-sided level at 5 pairs is 1/16)."""
     n = d.shape[-1]
     i, j = np.triu_indices(n)
     walsh = np.sort((d[..., i] + d[..., j]) / 2, axis=-1)
-    k = signed_rank_k(n)
+    k = signed_rank_k(n, alpha)
     ci = np.stack([walsh[..., k - 1], walsh[..., walsh.shape[-1] - k]], axis=-1) if k >= 1 else None
     return np.median(walsh, axis=-1), ci
 

@@ -19,7 +19,6 @@ small by chance); untruncated components cost most of the power when cell noise 
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -29,7 +28,7 @@ import numpy as np
 from scipy import stats
 
 from suite.stats.decide.decidable import verdict
-from suite.stats.design import layout
+from suite.stats.design import crossed_mean_squares, crossed_terms, layout
 from suite.study.records import TrialRecord, outcome, score
 
 Value = Callable[[TrialRecord], float]
@@ -108,20 +107,9 @@ def unit_grid(records: Sequence[TrialRecord], value: Value = score) -> tuple[np.
 def mean_variance(y: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Variance of the mean of a balanced grid over its last k axes (seed factors, all crossed), and
     its degrees of freedom: see the module docstring. Vectorised over the leading axes."""
-    axes = tuple(range(y.ndim - k, y.ndim))
-    n = y.shape[y.ndim - k :]
-    total = math.prod(n)
-    terms = [t for r in range(1, k + 1) for t in itertools.combinations(range(k), r)]
-    ms, dfs = {}, {}
-    for t in terms:
-        effect = sum(
-            (-1) ** (len(t) - len(u))
-            * y.mean(axis=tuple(axes[j] for j in range(k) if j not in u), keepdims=True)
-            for r in range(len(t) + 1)
-            for u in itertools.combinations(t, r)
-        )
-        dfs[t] = math.prod(n[j] - 1 for j in t)
-        ms[t] = (effect**2).sum(axis=axes) * (total / math.prod(n[j] for j in t)) / dfs[t]
+    total = math.prod(y.shape[y.ndim - k :])
+    terms = crossed_terms(k)
+    ms, dfs = crossed_mean_squares(y, k)
     variance = np.zeros(y.shape[: y.ndim - k])
     df = np.full(variance.shape, float(dfs[terms[-1]]))  # the residual (top) term is always in
     for t in terms:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from suite.stats.design.mean_squares import level_spread, satterthwaite
 from suite.study.records import TrialRecord, finite_scores, outcome, score
 
 Z95 = float(stats.norm.ppf(0.975))
@@ -276,16 +277,16 @@ def stacked_terms(lay: Layout, grids: np.ndarray) -> tuple[np.ndarray, np.ndarra
     n_s = grids.shape[1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        if lay.shared:
-            means = [(np.nanmean(grids, (1, 3)), 1.0), (np.nanmean(grids, (1, 2)), 1.0)]
-        else:
-            means = [(np.nanmean(grids[:, s], axis), n_s**-2.0) for s in range(n_s) for axis in (2, 1)]
-        means.append((np.nanmean(grids, (2, 3)), 1.0))
+        if lay.shared:  # init, then order levels
+            axes = [(grids, 2, 1.0), (grids, 3, 1.0)]
+        else:  # each subsample seed's own init, then order levels
+            axes = [(grids[:, s], axis, n_s**-2.0) for s in range(n_s) for axis in (1, 2)]
+        axes.append((grids, 1, 1.0))  # subsample seeds
         cols, levels = [], []
-        for m, weight in means:
-            size = int(np.isfinite(m[0]).sum())
+        for g, axis, weight in axes:
+            _, variance, size = level_spread(g, axis)
             if size > 1:
-                cols.append(weight * np.nanvar(m, axis=1, ddof=1) / size)
+                cols.append(weight * variance / size)
                 levels.append(size)
     c = np.stack(cols, 1) if cols else np.zeros((len(grids), 0))
     return c, np.array(levels, dtype=float)
@@ -304,8 +305,8 @@ def widening(terms: Sequence[tuple[float, int]]) -> tuple[float, float | None]:
 def stacked_widening(c: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`widening` of (T, k) terms with (k,) levels: (T,) factors and df (NaN: no spread)."""
     total = c.sum(1)
+    df = satterthwaite(c, n - 1)
     with np.errstate(all="ignore"):
-        df = total**2 / np.sum(c**2 / (n - 1), 1)
         bias = total / np.sum(c * (n - 1) / n, 1)
         factor = stats.t.ppf(0.975, df) * np.sqrt(bias) / Z95
     ok = total > 0

@@ -28,7 +28,6 @@ from suite.stats.estimates.failure_rate import failure_interval, least_share, wi
 from suite.stats.estimates.gap import gap_to_reported
 from suite.stats.estimates.gap_reference import predictive_draws
 from suite.stats.estimates.summary import (
-    bootstrap_ci,
     explained_by_settings,
     failure_breakdown,
     hyperparameter_importance,
@@ -38,7 +37,6 @@ from suite.stats.estimates.summary import (
 )
 from suite.stats.estimates.uncertainty import (
     Statistic,
-    design_bootstrap,
     intervals,
     median_interval,
     no_spread,
@@ -53,9 +51,7 @@ __all__ = [
     "PerExample",
     "Statistic",
     "agreement",
-    "bootstrap_ci",
     "coverage_table",
-    "design_bootstrap",
     "dev_sampling_error",
     "dev_sampling_errors",
     "eval_noise",

@@ -37,7 +37,6 @@ mean square at floating-point residue (under 1e-12 of the largest) counts as not
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
 from collections.abc import Sequence
@@ -46,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from suite.stats.design import Layout, by_setting, layout
+from suite.stats.design import Layout, by_setting, crossed_terms, effect_sums, layout, satterthwaite, term_df
 from suite.stats.estimates.ms_intervals import component_interval, gpq_draws, mls_interval
 from suite.study.records import TrialRecord
 
@@ -76,8 +75,7 @@ class Model:
 
     @property
     def df(self) -> np.ndarray:
-        n = self.sizes
-        return np.array([sum(math.prod(n[a] - 1 for a in t) for t in g) for g in self.terms], float)
+        return np.array([sum(term_df(self.sizes, t) for t in g) for g in self.terms], float)
 
     def expected(self) -> np.ndarray:
         """K with E[MS] = K @ variances. Balanced random model: effect U adds prod(n_a, a not in U)
@@ -95,15 +93,11 @@ class Model:
         return {name: sum(inv[self.effects.index(e)] for e in effs) for name, effs in self.names.items()}
 
 
-def _subsets(k: int) -> list[Subset]:
-    return [s for r in range(1, k + 1) for s in itertools.combinations(range(k), r)]
-
-
 def model(sizes: Sequence[int], design: str, shared: bool) -> Model:
     """The random-effects model of a complete grid: crossed (S, I, O) or (I, O) with one subsample
     seed; independent (S, R) or (R,)."""
     sizes = tuple(int(n) for n in sizes)
-    every = tuple((s,) for s in _subsets(len(sizes)))
+    every = tuple((s,) for s in crossed_terms(len(sizes)))
     rest = "interaction+residual"
     if design == "crossed" and len(sizes) == 2:
         return Model(sizes, every, {"init": ((0,),), "order": ((1,),), rest: ((0, 1),)})
@@ -134,18 +128,11 @@ def labels(m: Model, design: str) -> list[str]:
 
 
 def mean_squares(y: np.ndarray, m: Model) -> np.ndarray:
-    """(..., terms) mean squares of complete grids y[..., *sizes], vectorised over leading axes.
-    Each effect by inclusion-exclusion of axis means, e.g. (si) = y_si. - y_s.. - y_.i. + y_..."""
-    k = len(m.sizes)
-    axes = tuple(range(y.ndim - k, y.ndim))
-    ss: dict[Subset, np.ndarray] = {}
-    for t in _subsets(k):
-        effect = sum(
-            (-1) ** (len(t) - len(u)) * y.mean(tuple(axes[a] for a in range(k) if a not in u), keepdims=True)
-            for r in range(len(t) + 1)
-            for u in itertools.combinations(t, r)
-        )
-        ss[t] = (effect**2).sum(axes) * math.prod(m.sizes) / math.prod(m.sizes[a] for a in t)
+    """(..., terms) mean squares of complete grids y[..., *sizes], vectorised over leading axes:
+    each effect's sum of squares (`effect_sums`: inclusion-exclusion of axis means), pooled into
+    the model's terms (a nested design pools init and subsample x init)."""
+    total = math.prod(m.sizes)
+    ss = {t: s * total / math.prod(m.sizes[a] for a in t) for t, s in effect_sums(y, len(m.sizes)).items()}
     return np.stack([sum(ss[t] for t in g) for g in m.terms], -1) / m.df
 
 
@@ -297,7 +284,7 @@ def seeds_for_share(m: Model, variances: np.ndarray, name: str, width: float = S
 def _component(ms: np.ndarray, df: np.ndarray, c: np.ndarray) -> dict[str, Any]:
     est = float(ms @ c)
     low, high = component_interval(ms, df, c)
-    terms = float(((c * ms) ** 2 / df).sum())
+    satterthwaite_df = float(satterthwaite(c * ms, df, total=est))
     note = TIED if np.isnan(low) else (POSITIVE if mls_interval(ms, df, c)[1] <= 0 else None)
     return {
         "identifiable": True,
@@ -305,7 +292,7 @@ def _component(ms: np.ndarray, df: np.ndarray, c: np.ndarray) -> dict[str, Any]:
         "truncated_at_0": est < 0,
         "ci95": None if np.isnan(low) else [float(low), float(high)],
         **({"ci95_note": note} if note else {}),
-        "df": est**2 / terms if est > 0 and terms > 0 else None,  # Satterthwaite
+        "df": satterthwaite_df if est > 0 and math.isfinite(satterthwaite_df) else None,
     }
 
 

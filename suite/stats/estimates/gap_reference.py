@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -19,7 +18,10 @@ from suite.stats.design import (
     by_setting,
     draw_indices,
     layout,
+    level_spread,
     pad_grids,
+    pooled_mean_squares,
+    satterthwaite,
     stacked_terms,
     stacked_widening,
 )
@@ -95,38 +97,12 @@ def _efficiency(statistic: str, n: int) -> float:
 
 
 def _satterthwaite(parts: Sequence[tuple[np.ndarray, np.ndarray | float]]) -> np.ndarray:
-    total = sum(v for v, _ in parts)
-    with np.errstate(all="ignore"):
-        return total**2 / sum(np.where(v > 0, v**2 / np.maximum(d, 1e-12), 0.0) for v, d in parts)
-
-
-def _mean_squares(lay: Layout, g: np.ndarray) -> list[tuple[np.ndarray, int]]:
-    """One subsample seed's (T, A, C) scores: crossed, [var(row means), var(col means), residual
-    mean square] with their df; independent, [var(runs)]."""
-    if lay.design != "crossed":
-        return [(np.nanvar(g[:, :, 0], 1, ddof=1), int(np.isfinite(g[0, :, 0]).sum()) - 1)]
-    n_a, n_c = int(np.isfinite(g[0]).any(1).sum()), int(np.isfinite(g[0]).any(0).sum())
-    rows, cols = np.nanmean(g, 2), np.nanmean(g, 1)
-    resid = g - rows[:, :, None] - cols[:, None, :] + np.nanmean(g, (1, 2))[:, None, None]
-    df_e = (n_a - 1) * (n_c - 1)
-    return [
-        (np.nanvar(rows, 1, ddof=1), n_a - 1),
-        (np.nanvar(cols, 1, ddof=1), n_c - 1),
-        (np.nansum(resid**2, (1, 2)) / max(df_e, 1), df_e),
-    ]
-
-
-def _pooled(lay: Layout, grids: np.ndarray) -> list[tuple[np.ndarray, int]]:
-    """`_mean_squares` pooled over subsample seeds (weighted by df), df summed."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        each = [_mean_squares(lay, grids[:, s]) for s in range(grids.shape[1])]
-    out = []
-    for parts in zip(*each, strict=True):
-        df = sum(d for _, d in parts if d > 0)
-        total = sum(d * np.nan_to_num(v) for v, d in parts if d > 0)
-        out.append((total / df if df else np.zeros(len(grids)), df))
-    return out
+    """Satterthwaite's df of a sum of (variance (T,), df) terms (`satterthwaite`)."""
+    shape = np.broadcast_shapes(*(np.shape(v) for v, _ in parts))
+    return satterthwaite(
+        np.stack([np.broadcast_to(v, shape) for v, _ in parts], -1),
+        np.stack([np.broadcast_to(np.asarray(d, dtype=float), shape) for _, d in parts], -1),
+    )
 
 
 def our_variance(lay: Layout, grids: np.ndarray, statistic: str) -> tuple[np.ndarray, np.ndarray]:
@@ -139,7 +115,7 @@ def our_variance(lay: Layout, grids: np.ndarray, statistic: str) -> tuple[np.nda
     efficiency, df = _efficiency(statistic, big_n), stacked_widening(c, levels)[1]
     if lay.design != "crossed":
         return efficiency * c.sum(1), df
-    mse, df_e = _pooled(lay, grids)[2]
+    mse, df_e = pooled_mean_squares(grids, crossed=True)[2]
     correction = (efficiency - 2) * mse / big_n
     variance = np.maximum(c.sum(1) + correction, 0.25 * c.sum(1))
     return variance, _satterthwaite([(c.sum(1), df), (np.abs(correction), df_e)])
@@ -157,7 +133,7 @@ def t_reference(lay: Layout, grids: np.ndarray, statistic: str, k: int) -> tuple
     c, levels = stacked_terms(lay, grids)
     big_n, n_s = int(np.isfinite(grids[0]).sum()), grids.shape[1]
     e_ours, e_k = _efficiency(statistic, big_n), _efficiency(statistic, k) / k
-    ms = _pooled(lay, grids)
+    ms = pooled_mean_squares(grids, lay.design == "crossed")
     if lay.design != "crossed":
         ours, theirs = e_ours * c.sum(1), [(e_k * ms[0][0], ms[0][1])]
     else:
@@ -172,8 +148,7 @@ def t_reference(lay: Layout, grids: np.ndarray, statistic: str, k: int) -> tuple
             return variance, _satterthwaite([*parts, (np.abs(coefficient) * mse, df_e)])
         ours = our_variance(lay, grids, statistic)[0]
     if n_s > 1:
-        means = np.nanmean(grids, (2, 3))
-        theirs.append((np.nanvar(means, 1, ddof=1), n_s - 1))  # their one subsample effect
+        theirs.append((level_spread(grids, 1)[1], n_s - 1))  # their one subsample effect
     total_theirs = sum(v for v, _ in theirs)
     return ours + total_theirs, np.fmin(stacked_widening(c, levels)[1], _satterthwaite(theirs))
 

@@ -45,30 +45,6 @@ def spread(scores: Sequence[float | None]) -> dict[str, float | int]:
     }
 
 
-def bootstrap_ci(
-    scores: Sequence[float | None],
-    statistic: str = "median",
-    level: float = 0.95,
-    seed: int = 0,
-    resamples: int = 5000,
-) -> tuple[float, float] | None:
-    """Seeded percentile-bootstrap CI of the median or mean over exchangeable runs (one subsample,
-    independent seeds). For crossed grids use suite.stats.estimates.intervals, which resamples seeds."""
-    x = finite_scores(scores)
-    if x.size < 2 or np.all(x == x[0]):  # tied runs cannot bound a run that differs: no [b, b]
-        return None
-    fn = {"median": np.median, "mean": np.mean}[statistic]
-    result = stats.bootstrap(
-        (x,),
-        fn,
-        n_resamples=resamples,
-        confidence_level=level,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    )
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
-
-
 def failure_breakdown(records: Sequence[TrialRecord]) -> dict[str, int]:
     """Failed runs by kind: trivial baseline, threshold, divergence (errored trials are not runs)."""
     kinds: dict[str, int] = defaultdict(int)

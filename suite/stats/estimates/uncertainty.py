@@ -42,8 +42,12 @@ from suite.study.records import TrialRecord, outcome, score
 
 Statistic = str | Callable[[np.ndarray], float]
 PERCENTILE = "percentile bootstrap, 95%"
-# Values a row from which quantiles partition it, not sort it: on 2 cores, 20,000,000 values took
-# 190-270 ms either way at 500-1,000 a row, sorted 540 and partitioned 230-310 at 10,000.
+# Values a row from which quantiles partition it, not sort it. `python -m benchmarks.scale
+# --quantiles-only` (20,000,000 resampled values, best of 3; 2 loaded cores, 2026-12-07, three runs):
+# sort / partition 0.71-0.87 at 1,000 a row, 0.93-1.09 at 2,000, 1.42-1.92 at 10,000 (sorted
+# 0.78-1.19 s, partitioned 0.55-0.78) and 2.3-2.4 at 100,000. A numpy whose float64 sort is
+# vectorised (x86-simd-sort; here it sorts int64 6x faster than float64) can turn this round: one
+# machine sorted 2,000 x 10,000 in 0.16 s against 0.54 partitioned. Rerun it there before moving this.
 _PARTITION_FROM = 2_000
 FLOOR_LEVELS = 5  # the median's interval is floored at the mean's t interval below this many seeds
 TIED = "cannot bound: all {n} runs scored {value:.6g}; a run that differs could score anything"
@@ -99,7 +103,7 @@ def _ordered_at_places(x: np.ndarray, n: np.ndarray, q: Sequence[float]) -> np.n
     """x with each row's values at the places the quantiles read being what a sort would put
     there. Long rows: a partition at those places for each count of finite values (the places
     depend on it), where sorting 2,000 resamples of 10,000 runs was a fifth of a leaderboard;
-    short ones sorted (numpy's vectorised sort is the faster below _PARTITION_FROM values)."""
+    short ones sorted (one np.sort of every row is the faster below _PARTITION_FROM values)."""
     if x.shape[-1] < _PARTITION_FROM:
         return np.sort(x, axis=-1)
     rows, counts = x.reshape(-1, x.shape[-1]), n.reshape(-1)
@@ -143,21 +147,6 @@ def _reduce_each(rows: np.ndarray, names: Sequence[str]) -> np.ndarray:
         q1, shared["median"], q3 = _quantiles(rows, [0.25, 0.5, 0.75])
         shared["iqr"] = q3 - q1
     return np.stack([shared[name] if name in shared else reduce(rows, name) for name in names], axis=-1)
-
-
-def design_bootstrap(
-    records: Sequence[TrialRecord],
-    statistic: Statistic = "median",
-    resamples: int = 2000,
-    seed: int = 0,
-    exclude_failed: bool = False,
-) -> tuple[np.ndarray, str]:
-    """Seeded bootstrap replicates of a statistic of the runs' scores, resampling the units of the
-    seed design, and the unit's label, e.g. "init x order seeds x subsample seeds"."""
-    (replicates,), unit, _ = bootstrap_reduced(
-        records, [lambda rows: reduce(rows, statistic)], resamples, seed, exclude_failed
-    )
-    return replicates, unit
 
 
 def percentile_ci(replicates: np.ndarray) -> list[float] | None:
