@@ -13,6 +13,9 @@ that makes two studies the same study.
   imports, at the top of a module or inside a function, derived from `suite/training/trial.py` rather
   than listed by hand, so a new data reader or head is pinned the day it is imported.
   tests/test_code_pin.py pins their digest to `code_versions()`.
+- A fine-tuning method's code (`method.<import path>`): the hash of the user's modules it runs
+  (suite/model/method_code.py), so an edited method refuses its stored study as edited suite code
+  does.
 - The feature-cache key (`feature_key`): a reader's own fields (tokenizer, data hashes, indices) with
   the pinned code's digest and the tokenizer libraries' versions, so features made by other code or
   another tokenizers/transformers are never loaded.
@@ -185,6 +188,7 @@ NOT_IN_STACK = {
 TOKENIZER_LIBRARIES = ("tokenizers", "transformers")  # their versions key the feature cache
 
 STACK = "stack."  # the software stack's fields in a fingerprint
+METHOD = "method."  # a fine-tuning method's code hash in a fingerprint, by import path
 
 
 def stack_fields(fingerprint: dict[str, Any]) -> dict[str, Any]:
@@ -275,11 +279,14 @@ def study_fingerprint(
     stack: dict[str, Any] | None = None,
     heads: Iterable[str] = (),
     adamw: str = "fused",
+    methods: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Flat {field path: value} of the validated task and sweep (after profile and CLI
     overrides), the model identity, data file contents, thread count, Lightning options and the
     software stack; `heads`: the classifiers its trials use (their own code versions); `adamw`:
-    how AdamW runs under the study's precision (`suite.model.optim.adamw_implementation`)."""
+    how AdamW runs under the study's precision (`suite.model.optim.adamw_implementation`);
+    `methods`: the hash of the code of each fine-tuning method its trials run, by import path
+    (`METHOD`; suite/model/method_code.py)."""
     versioned = {h: HEAD_CODE_VERSIONS[h] for h in sorted(set(heads)) if h in HEAD_CODE_VERSIONS}
     tree = {
         "code_version": TRAINING_CODE_VERSION,
@@ -306,7 +313,9 @@ def study_fingerprint(
         **({"gpu_code": GPU_CODE_VERSION} if trainer.get("accelerator") == "gpu" else {}),
         **({"stack": stack} if stack else {}),
     }
-    return _flatten(json.loads(json.dumps(tree, default=str)))
+    flat = _flatten(json.loads(json.dumps(tree, default=str)))
+    # One field per method, its import path whole (its dots are not a tree): `method.pkg.mod:Obj`.
+    return {**flat, **{f"{METHOD}{path}": code for path, code in sorted((methods or {}).items())}}
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -319,7 +319,8 @@ def test_a_worker_prunes_with_the_sweeps_pruner(tiny_task: Path, tiny_models, mo
     folder = run_tiny(tiny_task, tiny_models["bert"], "--threads", "1", *pruner)
     storage = f"sqlite:///{folder / 'study.db'}"
     seen: list[object] = []
-    monkeypatch.setattr(run_command, "run_worker", lambda study, s, progress: seen.append(study.pruner) or 0)
+    worker_stand_in = lambda study, s, progress, **_: seen.append(study.pruner) or 0  # noqa: E731
+    monkeypatch.setattr(run_command, "run_worker", worker_stand_in)
     worker = ["worker", "--storage", storage, "--study", optuna.get_all_study_names(storage)[0], "--quiet"]
     assert main([*worker, "--data-dir", str(tiny_task.parent.parent / "data")]) == 0
     (used,) = seen

@@ -8,7 +8,7 @@ from typing import Any
 
 from suite.config.reading import profile_names, read_yaml
 from suite.config.resources import Kind, local_dir, resolve, resolve_sweep_path, shipped_dir, yaml_files
-from suite.config.sweep import load_sweep
+from suite.config.sweep import SweepSpec, load_sweep
 from suite.config.task import DataSpec, load_task
 from suite.errors import SpecError, SuiteError, report
 
@@ -52,21 +52,41 @@ def validate(refs: list[str], sets: tuple[dict[str, Any], dict[str, Any]] = ({},
     task_sets, sweep_sets = sets
     bad = 0
     for path in validation_targets(refs):
+        methods: dict[str, Any] = {}
         try:
             if _is_task(path):
                 for profile in [None, *profile_names(path)]:
                     task = load_task(path, profile, task_sets)
                     sweep_path = resolve_sweep_path(path, task.sweep) if sweep_sets else None
                     if sweep_path and (profile is None or profile in profile_names(sweep_path)):
-                        load_sweep(sweep_path, profile, sweep_sets)  # the overrides fit the task's sweep
+                        sweep = load_sweep(
+                            sweep_path, profile, sweep_sets
+                        )  # the overrides fit the task's sweep
+                        methods.update(_methods(sweep, sweep_path))
             else:
                 for profile in [None, *profile_names(path)]:
-                    load_sweep(path, profile, sweep_sets)
+                    methods.update(_methods(load_sweep(path, profile, sweep_sets), path))
             print(f"ok    {path}")
+            for line in method_lines(methods):  # the code a sweep naming a method runs
+                print(f"      {line}")
         except SuiteError as err:
             report(err)
             bad += 1
     return 2 if bad else 0
+
+
+def _methods(sweep: SweepSpec, path: Path) -> dict[str, Any]:
+    """The methods a sweep names, each imported, built and checked against its settings (the
+    checks `run` makes before any trial), by path; only a sweep naming one imports anything."""
+    if not any("method" in block for block in (sweep.hparams, sweep.space, *sweep.recipes.values())):
+        return {}
+    from suite.model.method_checks import check_methods
+
+    return check_methods(sweep, path)
+
+
+def method_lines(methods: dict[str, Any]) -> list[str]:
+    return [code.line() for code in methods.values()]
 
 
 def list_all() -> None:

@@ -85,6 +85,8 @@ def describe_plan(s: Setup, plans: list[TrialPlan]) -> str:
         lines.append(
             f"  (TPE proposes its {sweep.budget} settings from results; these are sampled stand-ins)"
         )
+    # A sweep that names a method runs its code: what, from where, and the code's hash.
+    lines += [code.line() for code in s.methods.values()]
     return "\n".join(lines)
 
 
@@ -134,23 +136,23 @@ def estimate(
     data = s.prepared.data
     dev = data.features("dev", data.dev_indices())
     n_dev, n_curve = len(dev), len(s.prepared.curve_features(dev)[0])  # each epoch but the last: the sample
-    sizes = sorted({p.hparams.batch_size for p in plans})
-    step_s = _timed(s, {bs: next(p for p in plans if p.hparams.batch_size == bs) for bs in sizes})
-    eval_s = step_s[sizes[0]][1]
+    timed = sorted({_timed_as(p.hparams) for p in plans})
+    step_s = _timed(s, {k: next(p for p in plans if _timed_as(p.hparams) == k) for k in timed})
+    eval_s = step_s[timed[0]][1]
     seconds: dict[tuple[str, str], float] = {}
     todo = 0.0
     for p in plans:
         h = p.hparams
         n = counts[str(p.size), p.seeds.subsample]
         evals = (h.epochs - 1) * math.ceil(n_curve / EVAL_BATCH) + math.ceil(n_dev / EVAL_BATCH)
-        trial_s = steps_of(h, n) * step_s[h.batch_size][0] + evals * eval_s
+        trial_s = steps_of(h, n) * step_s[_timed_as(h)][0] + evals * eval_s
         key = (str(p.size), setting_label(h, s.sweep.space))
         seconds[key] = seconds.get(key, 0.0) + trial_s
         todo += 0.0 if p.key in held else trial_s
     if s.sweep.adaptive:  # stand-in settings: scale the whole plan by the share still to run
         todo = sum(seconds.values()) * max(0, len(plans) - len(held)) / len(plans)
     lines = [budget_table(rows, seconds)]
-    calibrated = ", ".join(f"batch {bs}: {t:.2f} s/step" for bs, (t, _) in sorted(step_s.items()))
+    calibrated = ", ".join(f"{_label(k)}: {t:.2f} s/step" for k, (t, _) in sorted(step_s.items()))
     side_by_side, where = s.workers, f"{s.workers} worker(s) x {s.threads} threads"
     if s.trainer["accelerator"] == "gpu":  # workers sharing a card do not add up (1.3x at 6 measured)
         from suite.model.devices import visible_devices
@@ -160,7 +162,7 @@ def estimate(
     left = max(0, len(plans) - len(held))
     lines.append(
         f"estimate: ~{_duration(todo / side_by_side)} for the {left} trials to run on "
-        f"{where} ({TIMED_STEPS} timed training steps per batch size: {calibrated}; dev batch of "
+        f"{where} ({TIMED_STEPS} timed training steps per batch size and method: {calibrated}; dev batch of "
         f"{EVAL_BATCH}: {eval_s:.2f} s)"
     )
     return "\n".join(lines)
@@ -177,22 +179,38 @@ def budget_table(rows: list[Budget], seconds: dict[tuple[str, str], float]) -> s
     return "\n".join(lines)
 
 
-def _timed(s: Setup, trials: dict[int, TrialPlan]) -> dict[int, tuple[float, float]]:
+Timed = tuple[int, str]  # what a step's time depends on: the batch size, and the method (its loss hook)
+
+
+def _timed_as(h: Any) -> Timed:
+    """A trial's steps are timed as those of its batch size and method: R-Drop's loss hook runs a
+    second forward pass, so its steps are timed with it, not as plain fine-tuning's."""
+    return (
+        h.batch_size,
+        "" if h.method is None else f"{h.method} {h.as_record().get('method_args', '')}".strip(),
+    )
+
+
+def _label(timed: Timed) -> str:
+    return f"batch {timed[0]}" + (f" with {timed[1]}" if timed[1] else "")
+
+
+def _timed(s: Setup, trials: dict[Timed, TrialPlan]) -> dict[Timed, tuple[float, float]]:
     """`calibrate` on a trial of each batch size, with a progress bar on stderr (unless --quiet):
     on a big model or a busy machine each step takes seconds, and a silent `plan` looks hung."""
     from tqdm.auto import tqdm
 
     with tqdm(
         total=len(trials) * (TIMED_STEPS + 2),  # the warm-up step, the timed ones, a dev batch
-        desc=f"plan: timing {TIMED_STEPS} training steps per batch size",
+        desc=f"plan: timing {TIMED_STEPS} training steps per batch size (and method)",
         unit="step",
         disable=s.request.quiet,
         leave=False,
     ) as bar:
         times = {}
-        for bs, trial in trials.items():
-            bar.set_postfix_str(f"batch {bs}")
-            times[bs] = calibrate(s, trial, bar.update)
+        for timed, trial in trials.items():
+            bar.set_postfix_str(_label(timed))
+            times[timed] = calibrate(s, trial, bar.update)
         return times
 
 
@@ -222,7 +240,7 @@ def calibrate(s: Setup, trial: TrialPlan, tick: Any = None) -> tuple[float, floa
     train = task.data.features("train", train_idx)
     dev = task.data.features("dev", task.data.dev_indices())
     torch.manual_seed(trial.seeds.init)
-    module = task.build_module(load_encoder(s.model), h).to(device)
+    module = task.build_trial_module(load_encoder(s.model), h, trial.seeds.init).to(device)  # a method too
     module.piece_cost = piece_cost(s.trainer["accelerator"])  # as the trial sets it
     loader = FeatureDataModule(
         train, dev, h.batch_size, trial.seeds.order, task.collate, group_by_length=h.group_by_length

@@ -7,6 +7,7 @@ the same seed grid, so settings are compared on equal terms (docs/design.md, See
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from functools import cache
 from itertools import product
@@ -17,6 +18,7 @@ import numpy as np
 from pydantic import Field, PlainValidator, TypeAdapter, ValidationError, model_validator
 
 from suite.config.fields import Bool, FieldError, Float, Int, Seed, Strict, as_read, kind
+from suite.config.method_fields import MethodArgs, MethodPath
 from suite.config.overrides import SWEEP_PREFIX, apply_sets, describe_sets
 from suite.config.reading import load_checked, profile_label, validate
 from suite.errors import SpecError
@@ -76,6 +78,9 @@ class HParams(Strict):
         description="comma-separated names of the modules LoRA adapts; auto: the family's "
         "attention query and value projections",
     )
+    # A fine-tuning method from the user's own code (suite/model/methods.py, docs/methods.md).
+    method: MethodPath | None = Field(None, description="package.module:Object, a fine-tuning method")
+    method_args: MethodArgs = Field(None, description="keyword arguments the method's object is called with")
     recipe: str | None = Field(None, description="the sweep recipe this setting belongs to (a label)")
 
     @model_validator(mode="after")
@@ -97,17 +102,26 @@ class HParams(Strict):
             )
         if self.adapter != "lora" and (given := [n for n in LORA if getattr(self, n) != LORA[n]]):
             raise FieldError(given[0], f"{given[0]} applies to adapter lora only, not {self.adapter}")
+        if self.method_args is not None and self.method is None:
+            raise FieldError("method_args", "method_args are the arguments of a `method`; none is set")
         return self
+
+    def __hash__(self) -> int:  # `method_args` is a mapping: hashed by its canonical JSON
+        return hash(json.dumps(self.model_dump(), sort_keys=True))
 
     def as_record(self) -> dict[str, Any]:
         """Every hyperparameter, except a stabiliser or adapter at its default and an absent
-        recipe: a setting without them keeps the trial key and record it had before they existed,
-        so studies made then still resume. A LoRA setting records all of LoRA's values."""
-        return {
+        recipe or method: a setting without them keeps the trial key and record it had before they
+        existed, so studies made then still resume. A LoRA setting records all of LoRA's values;
+        `method_args` is recorded as its canonical JSON text (a scalar, as every other value)."""
+        kept = {
             k: v
             for k, v in self.model_dump().items()
             if (self.adapter == "lora" if k in LORA else k not in OPTIONAL or v != OPTIONAL[k])
         }
+        if self.method_args is not None:  # one value, as every other: its canonical JSON text
+            kept["method_args"] = json.dumps(self.method_args, sort_keys=True)
+        return kept
 
     def eval_every(self, n_train: int) -> int:
         """Epochs per dev evaluation. A tiny training set that needs `min_steps` (Splinter's
@@ -130,6 +144,8 @@ OPTIONAL: dict[str, Any] = {
     "classifier": "task",
     "features": "last",
     "adapter": "none",
+    "method": None,
+    "method_args": None,
     "recipe": None,
 }
 # LoRA's values: in a LoRA setting's key and record (all of them), in no other setting's.
@@ -349,8 +365,9 @@ class SweepSpec(Strict):
         for name, param in self.space.items():
             takes = HParams.model_fields[name].annotation  # a float range never fits an int or a bool
             if (param.type == "float" and takes is not float) or (param.type == "int" and takes is bool):
+                shown = getattr(takes, "__name__", "string")  # `method`: an optional import path
                 raise FieldError(
-                    f"space.{name}.type", f"{name} takes {takes.__name__} values, not a {param.type} range"
+                    f"space.{name}.type", f"{name} takes {shown} values, not a {param.type} range"
                 )
             for value in param.candidates():
                 _check_hparam(f"space.{name}", name, value)

@@ -18,7 +18,7 @@ from suite.errors import TrialDiverged
 from suite.faults import reach
 from suite.model.embedding_grad import keep_embedding_grad
 from suite.model.encoders import encoder_inputs
-from suite.model.optim import make_optimizer
+from suite.model.optim import make_optimizer, optimizer_over, parameter_groups
 from suite.model.stabilisers import lr_multipliers
 
 PIECES = "pieces"  # marks a training batch prepared on the CPU (`step_work`)
@@ -82,6 +82,9 @@ class EncoderModule(L.LightningModule):
         # The encoder weights its checkpoint did not hold, drawn under the init seed when the
         # module was built (`PreparedTask.build_module`): recorded with the trial.
         self.drawn_weights: list[str] = []
+        # A fine-tuning method from the user's code and the hooks it has (`suite.model.methods.attach`).
+        self.fine_tuning_method: Any = None
+        self.method_hooks: frozenset[str] = frozenset()
 
     @property
     def hidden_size(self) -> int:
@@ -163,11 +166,30 @@ class EncoderModule(L.LightningModule):
         its share: the same loss and gradient as the whole padded batch, up to float rounding and
         the dropout draws."""
         if work["shares"] == [None]:
-            return self.loss(work[PIECES][0])
+            return self.step_loss(work[PIECES][0])
         loss = 0.0
         for piece, share in zip(work[PIECES], work["shares"], strict=True):
-            loss = loss + self.loss(piece) * share
+            loss = loss + self.step_loss(piece) * share
         return loss
+
+    def step_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """A training step's loss of `batch`: the head's, or what the fine-tuning method's `loss`
+        hook makes of it (given the head's outputs of this forward pass and its loss in fp32)."""
+        if "loss" not in self.method_hooks:
+            return self.loss(batch)
+        base, outputs = self.loss_with_outputs(batch)
+        return self.fine_tuning_method.loss(batch, outputs, base.float(), self)
+
+    def loss_with_outputs(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+        """The head's loss of `batch` and the outputs of the forward pass it ran (logits; for the
+        span head, start and end logits): one pass, for a method that needs both."""
+        outputs: list[Any] = []
+        kept = self.register_forward_hook(lambda module, args, output: outputs.append(output))
+        try:
+            loss = self.loss(batch)
+        finally:
+            kept.remove()
+        return loss, outputs[0] if outputs else None
 
     def batch_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The batch's loss as a training step computes it, its tokens counted: for callers
@@ -267,10 +289,19 @@ class EncoderModule(L.LightningModule):
         return self
 
     def make_optimizer(self, precision: str = "32-true") -> torch.optim.Optimizer:
-        """The trial's optimizer over this module, as it runs under Lightning's `precision`."""
-        h = self.train_hparams
+        """The trial's optimizer over this module, as it runs under Lightning's `precision`: over
+        the suite's parameter groups, or those the method's `param_groups` hook gives, and built
+        by the method's `optimizer` hook where it has one."""
+        h, method, hooks = self.train_hparams, self.fine_tuning_method, self.method_hooks
         multipliers = lr_multipliers(self, h)
-        return make_optimizer(self, h.lr, h.weight_decay, h.bias_correction, multipliers, precision)
+        if not hooks & {"param_groups", "optimizer"}:
+            return make_optimizer(self, h.lr, h.weight_decay, h.bias_correction, multipliers, precision)
+        groups = parameter_groups(self, h.lr, h.weight_decay, multipliers)
+        if "param_groups" in hooks:
+            groups = method.param_groups(self, groups)
+        if "optimizer" in hooks:
+            return method.optimizer(self, groups)
+        return optimizer_over(groups, h.lr, h.bias_correction, precision)
 
     def configure_optimizers(self) -> dict[str, Any]:
         h = self.train_hparams

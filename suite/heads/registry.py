@@ -18,7 +18,7 @@ from suite.data.squad import QAData
 from suite.data.subsample import regression_strata, subsample_indices
 from suite.data.tagging import TaggingData, assemble, collate_tagging
 from suite.errors import SpecError
-from suite.model import adapters, stabilisers
+from suite.model import adapters, methods, stabilisers
 from suite.model.encoders import draw_missing
 from suite.model.metrics import (
     entity_scores,
@@ -62,6 +62,21 @@ class PreparedTask:
         module.drawn_weights = draw_missing(module.encoder)
         stabilisers.apply(module, hparams)
         adapters.apply(module, hparams)
+        return module
+
+    def build_trial_module(self, encoder: PreTrainedModel, hparams: HParams, init_seed: int) -> EncoderModule:
+        """`build_module`, then the setting's fine-tuning method (if any) built and set up
+        (`methods.attach`): what a trial trains and `plan` times. The method's hooks run after the
+        head, re-initialisation, freezing and the adapter (docs/methods.md)."""
+        if hparams.method is None:
+            return self.build_module(encoder, hparams)
+        method = methods.build_method(hparams.method, hparams.method_args)
+        if found := methods.conflict(method, hparams.method, hparams.model_dump()):
+            raise methods.MethodRefused(f"{hparams.method} cannot be combined with {found[0]} {found[1]}")
+        hooks = methods.hooks_of(method)
+        pretrained = methods.pretrained_state(encoder) if "setup" in hooks else {}
+        module = self.build_module(encoder, hparams)
+        methods.attach(module, method, pretrained, init_seed)
         return module
 
     def curve_positions(self) -> np.ndarray | None:

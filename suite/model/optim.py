@@ -74,9 +74,11 @@ def adamw_implementation(precision: str) -> str:
 
 def optimizer_label(optimizer: torch.optim.Optimizer) -> str:
     """What a trial's record says it trained with, read off the optimizer built: `bert-adam`,
-    `adamw-fused` or `adamw-foreach`."""
+    `adamw-fused` or `adamw-foreach`; another (a method's) by its class."""
     if isinstance(optimizer, BertAdam):
         return "bert-adam"
+    if type(optimizer) is not torch.optim.AdamW:  # built by a fine-tuning method's `optimizer` hook
+        return f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
     return "adamw-fused" if optimizer.defaults.get("fused") else "adamw-foreach"
 
 
@@ -92,6 +94,13 @@ def make_optimizer(
     precision: str = "32-true",
 ) -> torch.optim.Optimizer:
     groups = parameter_groups(model, lr, weight_decay, multipliers)
+    return optimizer_over(groups, lr, bias_correction, precision)
+
+
+def optimizer_over(
+    groups: list[dict], lr: float, bias_correction: bool, precision: str
+) -> torch.optim.Optimizer:
+    """AdamW (bias-corrected) or BERT's Adam over parameter groups, as `make_optimizer` builds it."""
     if not bias_correction:
         return BertAdam(groups, lr=lr)
     fused = adamw_implementation(precision) == "fused"

@@ -8,6 +8,8 @@
   proposes the new settings, its stored ones cannot be re-planned with other seeds or sizes.
 - Only the software stack differs and the user allows it (`--allow-stack-change`): it resumes,
   marked mixed in every output.
+- A fine-tuning method whose code changed (`identity.METHOD`): refused in a line of its own
+  naming the method: a fixed method is a new study.
 - Anything else: refused, naming what changed.
 
 A task field added after a study was stored (`identity.TASK_FIELDS_ADDED`) is absent from its
@@ -25,7 +27,7 @@ from typing import Any
 from suite.config.sweep import SweepSpec, canonical
 from suite.config.task import TaskSpec
 from suite.errors import SuiteError
-from suite.identity import STACK, TASK_FIELDS_ADDED, differences, refusal, unused_libraries
+from suite.identity import METHOD, STACK, TASK_FIELDS_ADDED, differences, refusal, unused_libraries
 
 # Fingerprint fields a plan may extend: whether it does is decided on the planned trials.
 _GROWABLE = (
@@ -111,15 +113,18 @@ def resumption(
         for p in sorted(set(stored) | set(current))
         if stored.get(p, "(absent)") != current.get(p, "(absent)")
     ]
+    if edited := [p for p in changed if p.startswith(METHOD) and p in stored and p in current]:
+        raise SuiteError(method_refusal(study, where, edited[0], stored[edited[0]], current[edited[0]]))
     if spelled := [p for p in changed if _choices_as_strings(p, stored, current)]:
         raise SuiteError(refusal(study, where, _shown(stored, current, spelled)) + _STRING_CHOICES)
     stack = [p for p in changed if p.startswith(STACK)]
-    # A head the stored plan never trained (absent) may join with new trials: its version is new.
-    fixed = [p for p in changed if not p.startswith(STACK) and not _growable(p) and not _new_head(p, stored)]
+    # A head the stored plan never trained (absent) may join with new trials: its version is new;
+    # so may a method (a new recipe's), or leave with its trials (the plan then refuses).
+    fixed = [p for p in changed if not p.startswith(STACK) and not _growable(p) and not _joins(p, stored)]
     if fixed or (stack and not allow_stack_change):
         hint = " (or --allow-stack-change to resume on this stack)" if stack and not fixed else ""
         raise SuiteError(refusal(study, where, _shown(stored, current, fixed + stack)) + hint)
-    grown = [p for p in changed if _growable(p) or _new_head(p, stored)]
+    grown = [p for p in changed if _growable(p) or _joins(p, stored)]
     stack_text = differences({p: stored.get(p) for p in stack}, {p: current.get(p) for p in stack}, limit=6)
     if not grown:
         return Resumption(stack_changed=stack_text, adopt_stack=adopt)
@@ -209,8 +214,18 @@ def _choices_as_strings(path: str, stored: dict[str, Any], current: dict[str, An
     return old != new and [canonical(path.split(".")[2], c) for c in old] == new
 
 
-def _new_head(path: str, stored: dict[str, Any]) -> bool:
-    return path.startswith("head_code.") and path not in stored
+def _joins(path: str, stored: dict[str, Any]) -> bool:
+    """A head's version the stored plan lacks, or a method's code on one side only."""
+    return (path.startswith("head_code.") and path not in stored) or path.startswith(METHOD)
+
+
+def method_refusal(study: str, where: str, path: str, stored: Any, current: Any) -> str:
+    """Why a stored study is not resumed with an edited method: its code is another method's."""
+    return (
+        f"study {study!r} in {where} ran method {path.removeprefix(METHOD)} at code {stored}; its "
+        f"code here is {current} (edited since): a fixed method is a new study: add --study NAME or "
+        "use another --out"
+    )
 
 
 def _growable(path: str) -> bool:

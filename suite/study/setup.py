@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +106,8 @@ class Setup:
     url: str
     name: str
     folder: Path | None = None  # the run folder (`run`, `plan`); a joining worker writes none
+    # Each fine-tuning method the sweep names: import path -> MethodCode (its hash in the fingerprint).
+    methods: dict[str, Any] = field(default_factory=dict)
 
 
 def setup_study(request: Request, on_workers: Callable[[Setup], None] | None = None) -> Setup:
@@ -145,10 +147,10 @@ def setup_study(request: Request, on_workers: Callable[[Setup], None] | None = N
     early = Setup(request, task, sweep, model, None, workers, threads, trainer, {}, {}, url, name, folder)
     if on_workers is not None:
         on_workers(early)
-    prepared, fingerprint, stack = _checked(
+    prepared, fingerprint, stack, methods = _checked(
         request, task, sweep, model, threads, trainer, task_path, sweep_path, new=study is None
     )
-    return replace(early, prepared=prepared, fingerprint=fingerprint, stack=stack)
+    return replace(early, prepared=prepared, fingerprint=fingerprint, stack=stack, methods=methods)
 
 
 def refuse_early(request: Request) -> None:
@@ -303,7 +305,7 @@ def join_study(request: Request, info: dict[str, Any]) -> Setup:
     trainer = resolve_trainer({**info.get("trainer", {}), **request.trainer})
     where = f"study {request.study}"
     threads = study_threads(request.threads, info.get("threads"), request.study) or usable_cpus()[0]
-    prepared, fingerprint, stack = _checked(
+    prepared, fingerprint, stack, methods = _checked(
         request, task, sweep, info["model"], threads, trainer, where, where, new=False
     )
     return Setup(
@@ -319,6 +321,7 @@ def join_study(request: Request, info: dict[str, Any]) -> Setup:
         stack,
         request.storage,
         request.study,
+        methods=methods,
     )
 
 
@@ -332,18 +335,21 @@ def _checked(
     task_where: Any,
     sweep_where: Any,
     new: bool = True,
-) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """The prepared task after the model, the sweep's stabilisers and every planned input are
-    checked; the study's fingerprint and the software stack it names: none when the study is planned
-    for workers on other machines (`launch`), whose first worker's stack becomes the study's."""
+) -> tuple[Any, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The prepared task after the sweep's methods, the model, the sweep's stabilisers and every
+    planned input are checked; the study's fingerprint and the software stack it names: none when
+    the study is planned for workers on other machines (`launch`), whose first worker's stack
+    becomes the study's; and the code of each method the sweep names (`MethodCode` by path)."""
     if request.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
     from suite.heads.registry import prepare_task
     from suite.identity import software_stack
     from suite.model.encoders import load_encoder, load_tokenizer
+    from suite.model.method_checks import check_methods
     from suite.model.stabilisers import check_sweep
     from suite.study.preflight import check_planned_inputs, check_weights
 
+    methods = check_methods(sweep, sweep_where)  # the user's code: imported from here on
     check_weights(model)
     tokenizer = load_tokenizer(model)
     # A bad model, or a stabiliser it cannot take, fails before any data work; the weights stay cached.
@@ -354,7 +360,8 @@ def _checked(
     attention = getattr(encoder.config, "_attn_implementation", None)
     uses = stack_uses(task, sweep)
     stack = software_stack(trainer, attention, uses) if request.gpus_per_worker is None else {}
-    return prepared, fingerprint_of(prepared, sweep, model, threads, trainer, stack), stack
+    hashes = {path: code.hash for path, code in methods.items()}
+    return prepared, fingerprint_of(prepared, sweep, model, threads, trainer, stack, hashes), stack, methods
 
 
 def fingerprint_of(
@@ -364,6 +371,7 @@ def fingerprint_of(
     threads: int,
     trainer: dict[str, Any],
     stack: dict[str, Any] | None = None,
+    methods: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     from suite.identity import study_fingerprint
     from suite.model.encoders import model_identity
@@ -381,6 +389,7 @@ def fingerprint_of(
         stack,
         classifiers_used(prepared.spec, sweep),
         adamw_implementation(trainer["precision"]) if uses_adamw(sweep) else "fused",
+        methods,
     )
 
 

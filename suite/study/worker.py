@@ -212,6 +212,8 @@ def join_checked(study: Any, s: Setup) -> None:
     from suite.study.planning import adopt_stack
     from suite.study.resume import resumption
 
+    check_methods_joined(study, s)
+
     def check() -> Any:  # the study's attributes are read afresh on each call
         stored, info = study.user_attrs.get("fingerprint"), study.user_attrs.get("run_info")
         allow = s.request.allow_stack_change
@@ -224,3 +226,19 @@ def join_checked(study: Any, s: Setup) -> None:
         )
     if how.adopt_stack and not adopt_stack(study, s):  # another worker stored its stack first
         check()
+
+
+def check_methods_joined(study: Any, s: Setup) -> None:
+    """Before its first trial, a worker's imported methods hash to the code the study stored: a
+    worker on another node with other code (another checkout, an edited file) takes no trial."""
+    from suite.identity import METHOD
+
+    stored = study.user_attrs.get("fingerprint") or {}
+    for path, code in s.methods.items():
+        held = stored.get(f"{METHOD}{path}")
+        if held is not None and held != code.hash:
+            raise SuiteError(
+                f"worker: method {path} as imported here ({code.file}) is code {code.hash}; study "
+                f"{s.name!r} ran code {held}: this worker takes no trial (give it the study's method "
+                "code: the same checkout on PYTHONPATH, or the same installed package)"
+            )

@@ -98,6 +98,11 @@ def check_group(task: PreparedTask, plans: Sequence[TrialPlan]) -> None:
         raise SuiteError("replicate group: features last4 is not supported (set it to last)")
     if first.hparams.adapter != "none":  # stacked state holds the plain encoder's parameters only
         raise SuiteError(f"replicate group: adapter {first.hparams.adapter} is not supported")
+    if first.hparams.method is not None:  # its hooks act on one module, not a stack of them
+        raise SuiteError(
+            f"replicate group: method {first.hparams.method} is not supported (a setting with a "
+            "method trains one trial at a time: run_trial)"
+        )
 
 
 def run_replicates(

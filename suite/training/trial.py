@@ -32,6 +32,8 @@ from suite.model.adapters import parameter_counts
 from suite.model.devices import resolve_trainer
 from suite.model.encoders import load_encoder
 from suite.model.gpu_memory import CONTEXT_MB
+from suite.model.method_code import method_code
+from suite.model.methods import method_callbacks
 from suite.model.optim import optimizer_label
 from suite.training.trial_plan import TrialPlan
 
@@ -169,7 +171,9 @@ def _fit(
         record["eval_set"] = task.eval_note()
 
     torch.manual_seed(plan.seeds.init)  # the head's initial weights, and weights the checkpoint lacks
-    module = task.build_module(load_encoder(model), plan.hparams)
+    if plan.hparams.method is not None:  # the code it runs, as imported here (suite/model/method_code.py)
+        record["method"] = method_code(plan.hparams.method).record()
+    module = task.build_trial_module(load_encoder(model), plan.hparams, plan.seeds.init)
     record["head"] = getattr(module, "head_name", task.spec.head)
     # Encoder weights the checkpoint lacked (a masked-LM checkpoint's pooler), drawn under the init seed.
     record["drawn_weights"] = list(getattr(module, "drawn_weights", []))
@@ -192,7 +196,7 @@ def _fit(
     callbacks = [clock, PruneOnEpoch(pruning_trial, task.spec.metric.main)] if pruning_trial else [clock]
     if positions is not None:
         callbacks.append(ScoredAfterTraining())
-    callbacks += list(watchers)
+    callbacks += list(watchers) + method_callbacks(module)
     common = dict(
         max_epochs=record.setdefault("epochs_run", plan.hparams.epochs_for(len(train))),
         **options,
