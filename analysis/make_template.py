@@ -47,7 +47,7 @@ CELLS = [
         "                 'runs': s['runs'], 'errored': s['errored'], 'pruned': s['pruned'],\n"
         "                 'median': 100 * i['median']['estimate'] if i['median']['estimate'] is not None else None,\n"
         "                 'median 95% CI': ci(i['median']), 'IQR 95% CI': ci(i['iqr']), 'std 95% CI': ci(i['std']),\n"
-        "                 'failure rate': f\"{s['failed']}/{s['runs']}\", 'failure 95% CI (seed units)': ci(i['failure_rate']),\n"
+        "                 'failure rate': f\"{s['failed']}/{s['runs']}\" if s['failure_rate'] is not None else 'unknown (no baseline)', 'failure 95% CI (seed units)': ci(i['failure_rate']),\n"
         "                 'intervals across': i['median']['unit']})\n"
         "display(pd.DataFrame(rows).round(2))\n"
         "for line in no_score_lines(info['task']['name'], trials):  # its row has no median\n"

@@ -203,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument(
         "--reference", help="across tasks: the model every other's probability of improvement is against"
     )
+    from suite.commands.import_runs import add_parser as add_import
+
+    add_import(sub)
     check = sub.add_parser("check-leaderboard", help="validate a leaderboard JSON against its schema")
     check.add_argument("path")
     report = sub.add_parser("report", help="execute the variance report notebook (.ipynb + .html)")
@@ -338,6 +341,11 @@ def main(argv: list[str] | None = None, restartable: bool = False) -> int:
             print(
                 "\n".join(format_aggregates(doc.get("aggregates"))) or "one task: no aggregate across tasks"
             )
+        elif args.command == "import":
+            from suite.commands.import_runs import import_runs
+            from suite.commands.import_runs import request_of as import_request
+
+            return import_runs(import_request(args))
         elif args.command == "check-leaderboard":
             from suite.outputs.leaderboard import read_leaderboard
 

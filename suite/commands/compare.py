@@ -22,6 +22,7 @@ from suite.stats.compare import (
     parse_setting,
     recipe_of,
     recipe_table,
+    unstated,
 )
 from suite.study.records import load_run, runs, scored
 
@@ -65,6 +66,8 @@ def _compare(
     for run in runs_b:
         info, records = _study(run)
         check_studies(info_a, info)
+        for line in unstated(info_a, info):  # an imported study: unpaired, and what it does not state
+            print(f"{run_a} vs {run}: {line}" if len(runs_b) > 1 else line)
         if not scored(records):
             print(f"nothing to compare: no trial of {run} produced a score")
             return

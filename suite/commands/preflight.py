@@ -39,7 +39,7 @@ def _check(flag: str, path: Path, then: str = "") -> None:
 
 
 def _study(args: argparse.Namespace) -> None:
-    """`run`, `plan`, `launch`: the runs folder (`--out`) that holds the run folder."""
+    """`run`, `plan`, `launch`, `import`: the runs folder (`--out`) that holds the run folder."""
     _check("--out", Path(args.out), "; give another --out")
 
 
@@ -66,6 +66,7 @@ PREFLIGHTS: dict[str, Callable[[argparse.Namespace], None]] = {
     "run": _study,
     "plan": _study,
     "launch": _study,
+    "import": _study,
     "report": _report,
     "site": _output("-o"),
     "leaderboard": _output("-o"),

@@ -39,6 +39,15 @@ def higher_is_better(metric: str | None) -> bool:
     return metric not in LOWER_IS_BETTER
 
 
+CORRELATIONS = {"matthews", "pearson", "spearman"}  # in [-1, 1]; every other metric a share in [0, 1]
+
+
+def metric_range(metric: str) -> tuple[float, float]:
+    """The values a metric takes on its natural scale (suite/model/metrics.py): what an imported
+    score must lie in, so that a score written on 0-100 is caught rather than read as 100x."""
+    return (-1.0, 1.0) if metric in CORRELATIONS else (0.0, 1.0)
+
+
 PER_CLASS = "/class"  # a K-shot size: `16/class` draws 16 examples of every class
 
 

@@ -181,6 +181,7 @@ def _entry(
         "importance": importance,
         "reported": [_reported(rep, terms, scored) for rep in task.get("reported", [])],
         "runs": [{k: r[k] for k in RUN_FIELDS if k in r} for r in records],
+        **({"imported": True} if info.get("imported") else {}),  # trained elsewhere (`suite import`)
     }
 
 
@@ -317,7 +318,8 @@ def _plain(value: Any) -> Any:
 def _rank_key(e: dict[str, Any]) -> tuple:
     s, higher = e["summary"], higher_is_better(e["metric"])  # from the metric, also in files read back
     median = s["all"].get("median", float("-inf") if higher else float("inf"))
-    return (-median if higher else median, s["failure_rate"], s["all"].get("iqr", 0.0))
+    rate = s["failure_rate"] if s["failure_rate"] is not None else float("inf")  # unknown: after known
+    return (-median if higher else median, rate, s["all"].get("iqr", 0.0))
 
 
 def rank(entries: list[dict[str, Any]]) -> None:

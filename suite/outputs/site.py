@@ -83,7 +83,7 @@ def _row(entry: dict[str, Any], setting: str, scale: tuple[float, float]) -> dic
         "rank": entry["rank"],
         "group": group_label(entry["rank_group"]),
         "task": entry["task"],
-        "model": entry["model"],
+        "model": entry["model"] + (" (imported)" if entry.get("imported") else ""),
         "size": entry["size"],
         "setting": setting + (" [mixed software stack]" if _mixed(entry) else ""),
         "hparams": _setting(entry["setting"]),  # the whole setting, the short one's tooltip
@@ -95,6 +95,7 @@ def _row(entry: dict[str, Any], setting: str, scale: tuple[float, float]) -> dic
         "iqr": None if stats.get("iqr") is None else 100 * stats["iqr"],
         "noise": _noise(entry),
         "failure_rate": summary["failure_rate"] if summary["runs"] else None,  # no run: no rate, not 0%
+        "failure_unknown": bool(summary.get("unknown")),  # imported without the failure rule's baseline
         "failure_ci": _interval(intervals.get("failure_rate"), 1.0),
         "unit": (intervals.get("median") or {}).get("unit", ""),
         "reported": [_citation(r) for r in entry["reported"] if r["comparable"]],

@@ -164,7 +164,7 @@ JS = """
     noise(tr, row.noise);
     const rate = row.failure_rate === null ? null : 100 * row.failure_rate;
     const ci = row.failure_ci ? [100 * row.failure_ci[0], 100 * row.failure_ci[1]] : null;
-    cell(tr, "num", withInterval(num(rate, 0) + "%", ci, 0, "%"));
+    cell(tr, "num", row.failure_unknown ? "unknown" : withInterval(num(rate, 0) + "%", ci, 0, "%"));
     const plot = cell(tr, "dist", "");
     plot.innerHTML = row.svg;  // built by suite/outputs/site.py from numbers only
     cell(tr, "", reported(row));

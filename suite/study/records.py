@@ -7,7 +7,10 @@ Outcomes (docs/design.md, Outcomes):
   diverged`, a non-finite loss or score; it has no score);
 - `errored`: not a run at all (a crash, OOM, a killed worker): retried, reported apart, never in
   the failure rate or any statistic;
-- `pruned`: stopped early by a search-phase pruner: counted apart, never in a statistic.
+- `pruned`: stopped early by a search-phase pruner: counted apart, never in a statistic;
+- `unknown`: a run trained elsewhere (`suite import`) whose failure rule needs a baseline no one
+  gave: a run with its score in every statistic, but counted neither failed nor succeeded, so the
+  failure rate (and what reads it) says "unknown" instead of guessing.
 
 A record's score: every statistic reads it through `score`, `scored` and `finite_scores`, one
 rule: a finite `score` is a score (a failed run's included: it is a run and scored), anything
@@ -29,7 +32,7 @@ import orjson
 
 from suite.errors import SuiteError
 
-RUN_OUTCOMES = ("succeeded", "failed")
+RUN_OUTCOMES = ("succeeded", "failed", "unknown")
 OUTCOMES = (*RUN_OUTCOMES, "errored", "pruned")
 
 

@@ -62,6 +62,7 @@ def storage_of(source: str | Path) -> str:
     info = folder / "run.json"
     if info.is_file() and "***" not in (url := json.loads(info.read_text()).get("storage", "***")):
         return url
+    refuse_imported(folder, "no study.db: its trials.jsonl holds every record")
     raise SuiteError(f"{folder}: no study.db here (expected a runs/<task>/<model> folder or a storage URL)")
 
 
@@ -84,7 +85,12 @@ def split_password(url: str) -> tuple[str, str | None]:
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An RDB URL (sqlite, postgresql, mysql) with heartbeats, or `journal:PATH` for a journal file."""
+    """An RDB URL (sqlite, postgresql, mysql) with heartbeats, or `journal:PATH` for a journal file.
+    A file in a folder of imported runs is refused before it is created (`refuse_imported`)."""
+    if (local := storage_file(url)) is not None:
+        refuse_imported(local.parent)
+    elif Path(url).is_dir():  # `--storage runs/rte/x`: a folder is not a URL, and may be imported runs
+        refuse_imported(Path(url))
     if url.startswith("journal:"):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
@@ -222,9 +228,28 @@ def outputs_study(folder: Path) -> str | None:
     return None
 
 
+NOT_TRAINABLE = (
+    "not a study the suite can train: nothing to run, launch or join; leaderboard, report, site and "
+    "compare read it"
+)
+
+
+def refuse_imported(folder: Path, why: str = NOT_TRAINABLE) -> None:
+    """Refuse to train in, or join, a run folder of runs imported from elsewhere (`suite import`):
+    it has no storage and no plan, only the records it was given."""
+    try:
+        imported = json.loads((folder / "run.json").read_text()).get("imported")
+    except (OSError, ValueError, AttributeError):
+        return
+    if imported:
+        raise SuiteError(f"{folder}: imported runs (suite import), {why}")
+
+
 def check_outputs_held(folder: Path, url: str) -> None:
     """Refuse a run folder whose outputs name a study the storage does not hold (an empty or a
-    replaced study.db): this study's outputs would overwrite the only copy of that one's."""
+    replaced study.db): this study's outputs would overwrite the only copy of that one's; and a
+    folder of imported runs, which nothing trains."""
+    refuse_imported(folder)
     named = outputs_study(folder)
     if named is None or named in held_studies(url):
         return

@@ -174,7 +174,7 @@ def aggregate(
 
     # group -> task -> normalised scores
     scores: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
-    counts: dict[str, dict[str, tuple[int, int]]] = defaultdict(dict)
+    counts: dict[str, dict[str, tuple[int, int | None]]] = defaultdict(dict)
     for task, members in strata.items():
         scale = scales[task]
         base = baseline_of(task, members)
@@ -279,7 +279,7 @@ def improvement_interval(
 def _group(
     name: str,
     per_task: dict[str, np.ndarray],
-    counts: dict[str, tuple[int, int]],
+    counts: dict[str, tuple[int, int | None]],
     scales: dict[str, dict[str, Any]],
     taus: np.ndarray,
     boot: Bootstrap,
@@ -296,7 +296,12 @@ def _group(
         found, band = group_intervals(
             xs, weights, taus, boot.nboot, _rng(boot.seed, "iqm", name), boot.method
         )
-    failed = np.array([counts[t][1] / per_task[t].size for t in own])
+    failed = [counts[t][1] for t in own]  # None: a task's outcomes unknown (imported without a baseline)
+    rate = (
+        None
+        if None in failed
+        else float(np.mean([f / per_task[t].size for f, t in zip(failed, own, strict=True)]))
+    )
     return {
         "iqm": {"estimate": iqm, "interval": _interval(found)},
         "profile": {
@@ -309,7 +314,7 @@ def _group(
         "complete": len(own) == len(tasks),
         "runs": {t: int(per_task[t].size) for t in own},
         "diverged": {t: counts[t][0] for t in own if counts[t][0]},
-        "failure_rate": float(failed.mean()),  # task-weighted, as the IQM and the profile
+        "failure_rate": rate,  # task-weighted, as the IQM and the profile
         "normalisation": {t: scales[t]["kind"] for t in own},
     }
 

@@ -98,16 +98,18 @@ def _normalise(scale: dict[str, Any], score: float) -> float:
 
 def run_scores(
     entries: list[Entry], scale: dict[str, Any], floor: float | None
-) -> tuple[np.ndarray, int, int]:
+) -> tuple[np.ndarray, int, int | None]:
     """The normalised scores of the entries' runs (errored and pruned trials are not runs), the
-    number of diverged runs and of failed runs. A diverged run (no score) counts as the
+    number of diverged runs and of failed runs (None where a run's outcome is unknown: imported
+    without the failure rule's baseline). A diverged run (no score) counts as the
     constant prediction's score (no better than the baseline), or, with no baseline, as the task's
     lowest scored run."""
-    scores, diverged, failed = [], 0, 0
+    scores, diverged, failed, unknown = [], 0, 0, False
     for e in entries:
         for r in e.get("runs") or []:
             if not is_run(r):
                 continue
+            unknown |= r.get("outcome") == "unknown"
             failed += bool(r.get("failed"))
             s = score(r)
             if not math.isfinite(s):
@@ -115,7 +117,7 @@ def run_scores(
                 s = floor
             if s is not None:
                 scores.append(_normalise(scale, float(s)))
-    return np.asarray(scores, dtype=float), diverged, failed
+    return np.asarray(scores, dtype=float), diverged, None if unknown else failed
 
 
 def choose(task: str, name: str, entries: list[Entry], settings: str) -> list[Entry]:

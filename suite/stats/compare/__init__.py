@@ -6,7 +6,7 @@ P(A > B), almost stochastic order), `compare_matrix` (every pair, Holm over all)
 enough or decided (`precise_enough`, `decided`), and whether a reported number or two leaderboard
 entries can be compared at all (`reasons_not_comparable`, `rank_group_key`)."""
 
-from suite.stats.compare.blocks import check_studies, parse_setting
+from suite.stats.compare.blocks import check_studies, parse_setting, unstated
 from suite.stats.compare.comparability import (
     RANK_FIELDS,
     data_digest,
@@ -37,6 +37,7 @@ __all__ = [
     "aso",
     "block_runs",
     "check_studies",
+    "unstated",
     "class_count",
     "compare",
     "compare_block",

@@ -77,6 +77,36 @@ def check_studies(info_a: dict[str, Any], info_b: dict[str, Any]) -> None:
             raise _refuse(f"data_origin.{key}", origin_a[key], origin_b[key])
 
 
+def unstated(info_a: dict[str, Any], info_b: dict[str, Any]) -> list[str]:
+    """What a comparison with an imported study (`suite import`) cannot check, one line each: the
+    imported side is unpaired (the same seed numbers draw other weights and orders in another
+    code), and every field `check_studies` compares that one side does not state (an imported
+    study states no max_length, eval_limit subsample or QA pool unless told, and no data hashes).
+    [] for two studies the suite trained. What both state and differs is refused by `check_studies`."""
+    sides = {"A": info_a, "B": info_b}
+    if not any(info.get("imported") for info in sides.values()):
+        return []
+    lines = [
+        f"{side} is imported (suite import): its runs pair with no run the suite trained"
+        for side, info in sides.items()
+        if info.get("imported")
+    ]
+    for path in STUDY_FIELDS:
+        found = {side: _get(info, path) for side, info in sides.items()}
+        missing = [side for side, value in found.items() if value is _MISSING]
+        if len(missing) == 1:
+            other = "B" if missing[0] == "A" else "A"
+            shown = _show(path, found[other])
+            lines.append(f"{missing[0]} states no {path} ({other}: {shown}): not compared")
+    hashed = {side: bool(info.get("data_sha256")) for side, info in sides.items()}
+    if len(set(hashed.values())) == 2:
+        side = next(s for s, known in hashed.items() if not known)
+        lines.append(
+            f"{side}'s data content is not hashed (scored elsewhere): the same data is assumed, not checked"
+        )
+    return lines
+
+
 def check_records(a: Sequence[TrialRecord], b: Sequence[TrialRecord]) -> None:
     """The same refusal from the runs' own fields (task, metric, evaluation split and set)."""
     for field in RECORD_FIELDS:

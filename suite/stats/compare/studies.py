@@ -82,7 +82,12 @@ def hodges_lehmann(xa: np.ndarray, xb: np.ndarray) -> dict[str, Any]:
 
 
 def failure_test(a: list[TrialRecord], b: list[TrialRecord]) -> dict[str, Any]:
-    """Fisher's exact test for independent runs; the seed-unit test on failure indicators else."""
+    """Fisher's exact test for independent runs; the seed-unit test on failure indicators else;
+    none where a side's outcomes are unknown (imported without the failure rule's baseline)."""
+    if unknown := [side for side, runs in (("A", a), ("B", b)) if _unknown(runs)]:
+        return _not_used(
+            "failures", f"{' and '.join(unknown)}: outcomes unknown (imported without a baseline)"
+        )
     fa, fb = (sum(outcome(r) == "failed" for r in side) for side in (a, b))
     if fa + fb in (0, len(a) + len(b)):
         return _not_used("failures", "no failed runs" if fa + fb == 0 else "every run failed")
@@ -174,13 +179,18 @@ def _signed_rank(d: np.ndarray, seed: int) -> dict[str, Any]:
     return {"test": test, "shift": shift}
 
 
+def _unknown(records: list[TrialRecord]) -> bool:
+    return any(outcome(r) == "unknown" for r in records)
+
+
 def _side(records: list[TrialRecord], x: np.ndarray, seed: int) -> dict[str, Any]:
     fails = sum(outcome(r) == "failed" for r in records)
     median = median_interval(records, resamples=1000, seed=seed) if x.size else {"ci95": None, "unit": "runs"}
+    unknown = _unknown(records)  # no rate where no run was judged
     return {
         **spread(x),
-        "failure_rate": fails / len(records),
-        "failure_rate_ci95": wilson(fails, len(records))["ci95"],
+        "failure_rate": None if unknown else fails / len(records),
+        "failure_rate_ci95": None if unknown else wilson(fails, len(records))["ci95"],
         "median_ci95": median["ci95"],
         "unit": median["unit"],
     }
@@ -203,7 +213,9 @@ def compare_block(
         "design": "runs" if exchangeable(a) and exchangeable(b) else "seed units",
         "median_diff": float(np.median(xb) - np.median(xa)) if xa.size and xb.size else None,
         "iqr_diff": sides["b"]["iqr"] - sides["a"]["iqr"] if xa.size and xb.size else None,
-        "failure_rate_diff": sides["b"]["failure_rate"] - sides["a"]["failure_rate"],
+        "failure_rate_diff": None
+        if None in (sides["a"]["failure_rate"], sides["b"]["failure_rate"])
+        else sides["b"]["failure_rate"] - sides["a"]["failure_rate"],
         "failures": failure_test(a, b),
     }
     if min(xa.size, xb.size) < 2:
@@ -323,11 +335,11 @@ def _table(block: dict[str, Any], labels: tuple[str, str]) -> list[str]:
         s = block[side]
         rate = s.get("failure_rate_ci95")
         fail_ci = f"[{rate[0]:.0%}, {rate[1]:.0%}]" if rate else "[n/a]"
+        fail = f"{s['failure_rate']:5.0%}" if s["failure_rate"] is not None else "   ? "
         median = f"{100 * s['median']:8.2f}" if s["n"] else f"{'n/a':>8s}"
         iqr = f"{100 * s['iqr']:7.2f}" if s["n"] else f"{'n/a':>7s}"
         lines.append(
-            f"{label:{width}s} {s['n']:4d} {median} {_ci(s.get('median_ci95')):>17s} {iqr} "
-            f"{s['failure_rate']:5.0%}  {fail_ci}"
+            f"{label:{width}s} {s['n']:4d} {median} {_ci(s.get('median_ci95')):>17s} {iqr} {fail}  {fail_ci}"
         )
     units = {block["a"]["unit"], block["b"]["unit"]}
     units = block["a"]["unit"] if len(units) == 1 else f"A: {block['a']['unit']}; B: {block['b']['unit']}"
@@ -347,7 +359,8 @@ def _tests(block: dict[str, Any]) -> list[str]:
     if block["hodges_lehmann"]:
         location += "; " + _shift_text(block["hodges_lehmann"], "Hodges-Lehmann shift")
     failures = block["failures"]
-    fail_head = f"failures, B - A: {block['failure_rate_diff']:+.0%}"
+    diff = block["failure_rate_diff"]
+    fail_head = f"failures, B - A: {'unknown' if diff is None else f'{diff:+.0%}'}"
     if failures["name"] == "failures":  # nothing to test: no failures, or nothing else
         fail_head, failures = f"{fail_head}; {failures['note']}", None
     lines = [

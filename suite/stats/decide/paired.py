@@ -55,8 +55,12 @@ def failed(r: TrialRecord) -> float:
 
 
 def _seed_key(r: TrialRecord) -> tuple | None:
-    """What matches a run across studies: its seeds (a tuple: it only keys a dict here)."""
-    return tuple(sorted(r["seeds"].items())) if r.get("seeds") is not None else None
+    """What matches a run across studies: its seeds (a tuple: it only keys a dict here), and where
+    it was trained: a run imported from elsewhere (`suite import`) never pairs with one the suite
+    trained, since the same seed numbers draw other weights and orders in another code."""
+    if r.get("seeds") is None:
+        return None
+    return (*sorted(r["seeds"].items()), ("imported", r.get("imported") is not None))
 
 
 def pair_up(a: Sequence[TrialRecord], b: Sequence[TrialRecord]) -> list[tuple[TrialRecord, TrialRecord]]:

@@ -59,7 +59,8 @@ def summarize(records: Sequence[TrialRecord], seed: int = 0, resamples: int = 20
     diverged run has no score) and excluded. Errored and pruned trials are not runs: counted
     apart here, and nowhere else. Intervals resample the units of the seed design, per setting.
 
-    Shape: {runs, failed, failure_rate, failure_kinds, pruned, errored,
+    Shape: {runs, failed, failure_rate (None where any run's outcome is unknown, with `unknown`: how
+      many), failure_kinds, pruned, errored,
       "all" | "excluding_failed": {n, median, iqr, mean, std, min, max, ci95_median, ci95_mean,
           expected_max: {"1"|"5"|"10"|"20" (<= n): value}, expected_max_std (its band: the
           spread of the max of n of our runs, 0 at n = N), expected_max_ci95: {same keys: [low,
@@ -86,6 +87,8 @@ def summarize(records: Sequence[TrialRecord], seed: int = 0, resamples: int = 20
         "errored": tally["errored"],
     }
     out["failure_rate"] = out["failed"] / len(records) if records else 0.0
+    if tally["unknown"]:  # runs imported without the failure rule's baseline: no rate to state
+        out["unknown"], out["failure_rate"] = tally["unknown"], None
     succeeded = intervals(records, resamples, seed, exclude_failed=True)
     for name, exclude in (("all", False), ("excluding_failed", True)):
         kept = [r for r in records if not (exclude and outcome(r) == "failed")]
@@ -107,12 +110,26 @@ def summarize(records: Sequence[TrialRecord], seed: int = 0, resamples: int = 20
             if one_setting and records:  # the shape's coverage range, where it reaches below 93%
                 flag_coverage(found, records, layout(records).design)
             out["intervals"] = found
+            if tally["unknown"]:
+                found["failure_rate"] = unknown_failure_rate(tally["unknown"], found["failure_rate"]["unit"])
         out[name] = block
     out["seeds_needed"] = seeds_needed(records, median=out["intervals"]["median"]) if one_setting else None
     out["variance_components"] = (
         variance_components(records, resamples, seed) if one_setting and records else None
     )
     return out
+
+
+def unknown_failure_rate(unknown: int, unit: str) -> dict[str, Any]:
+    """The failure-rate interval of runs whose outcome is unknown (imported without the failure
+    rule's baseline): no estimate, and why, rather than a rate of 0 that no run was judged by."""
+    return {
+        "estimate": None,
+        "ci95": None,
+        "unit": unit,
+        "method": f"unknown: {unknown} runs have no outcome (imported without the failure rule's baseline; "
+        "give --baseline)",
+    }
 
 
 def seeds_needed(
