@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -312,7 +313,7 @@ def test_slurm_launch_submits_an_array_prints_how_to_watch_and_a_rerun_writes_th
     for pickled in sorted((folder / "jobs").glob("4242_*/*_submitted.pkl")):  # as the nodes would
         job = DelayedSubmission.load(pickled)
         assert job.args[0].storage == bare  # the password-less URL
-        assert job.result() == "ended: no trial left to take"
+        assert re.fullmatch(r"ended \d trials?; no trial left to take", job.result())
     assert len(_ended(study.get_trials())) == 8
     assert main([*command, "--slurm-partition", "cpu", "--cpus-per-worker", "1"]) == 0
     assert len(list(tmp_path.glob("sbatch-*.sh"))) == 1  # nothing left to run: nothing submitted
@@ -372,3 +373,207 @@ def test_without_accounting_an_ended_job_is_reported_by_squeue_or_as_unknown_wit
     assert states["52_2"] == (
         "state unknown: sacct: error: Slurm accounting storage is disabled; squeue no longer does"
     )
+
+
+def test_an_ended_job_is_reported_by_squeue_while_accounting_still_calls_it_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """slurmdbd records a job's end a moment after squeue shows it: squeue's ended state is taken,
+    and a job only sacct lists, as running after a few looks, is unknown, saying so."""
+    from suite.study import slurm
+
+    _fake_accounting(tmp_path, monkeypatch, "62_0|RUNNING\\n62_1|RUNNING\\n", "62_0|COMPLETED\\n")
+    states = slurm.end_states(["62_0", "62_1"], tries=2, wait_s=0.01)
+    assert states == {
+        "62_0": "COMPLETED",
+        "62_1": "state unknown: sacct still says RUNNING; squeue no longer does",
+    }
+
+
+# The endings of `run` and `launch --wait`, from what the storage holds (no Slurm here).
+def _key(i: int) -> str:
+    return f"size=32|lr=0.0003,epochs=1|init={i},order={i + 1},subsample={i + 2}"
+
+
+def _add(study: optuna.Study, i: int, state: str, system: dict | None = None, record: bool = False) -> int:
+    """A trial of planned key `i` in `state`, with these system attributes; its number."""
+    from optuna.trial import TrialState, create_trial
+
+    attrs: dict = {"key": _key(i), "attempt": 1, "setting": {}}
+    if record:
+        attrs["record"] = {"key": _key(i), "outcome": "succeeded", "score": 0.5, "seeds": {}}
+    value = 0.5 if state == "COMPLETE" else None
+    study.add_trial(
+        create_trial(state=TrialState[state], value=value, user_attrs=attrs, system_attrs=system or {})
+    )
+    return study.trials[-1].number
+
+
+def _name(number: int, i: int) -> str:
+    return f"trial {number} (size=32|...|init={i},order={i + 1},subsample={i + 2})"
+
+
+def test_the_ending_says_why_each_planned_trial_did_not_end_and_what_to_do(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Each reason a planned trial did not end, read from the storage (what its worker wrote when
+    it put it back, Optuna's mark on a copy queued after missed heartbeats, a trial still marked
+    running), one line each, then one line of what to do: no "a worker died?" guess."""
+    from suite.study.endings import PUT_BACK_ATTR
+    from suite.study.worker import exit_status
+
+    study = optuna.create_study()
+    _add(study, 0, "COMPLETE", record=True)
+    cancelled = _add(study, 1, "FAIL", {"worker": "vm:1"})
+    noted = {"why": "cancel", "signal": "SIGTERM", "job": "30", "after_s": 56.2, "trial": cancelled}
+    _add(study, 1, "WAITING", {PUT_BACK_ATTR: noted})
+    stale = _add(study, 2, "FAIL")
+    _add(study, 2, "WAITING", {"failed_trial": stale, PUT_BACK_ATTR: noted})  # a note its trial carried
+    dead = _add(study, 3, "RUNNING", {"worker": "vm:2"})
+    _add(study, 4, "WAITING")
+    assert exit_status(study) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "1 of 5 planned trials ended; 4 did not:",
+        f"  1 trial put back by a cancel (SIGTERM): {_name(cancelled, 1)} after 56 s in job 30",
+        "  1 trial queued again after its worker stopped sending heartbeats (killed, or frozen): "
+        + _name(stale, 2),
+        "  1 trial still marked running: its worker died without putting it back (killed without a stop: a "
+        f"node failure, the memory limit or SIGKILL): {_name(dead, 3)}",
+        "  1 trial not started",
+        "rerun the same command to run the 4 trials left (no attempt was spent)",
+    ]
+
+    capped = _add(study, 5, "FAIL")
+    noted = {"why": "capped", "times": [27.0, 30.1], "limit_min": 1, "trial": capped, "job": "31_0"}
+    _add(study, 5, "WAITING", {PUT_BACK_ATTR: noted})
+    exit_status(study)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[1] == (
+        f"  1 trial put back by a time limit shorter than a trial: {_name(capped, 5)}, stopped after 27, "
+        "30 s by 2 limits of 1 min"
+    )
+    assert (
+        lines[-1]
+        == "rerun with a --slurm-time longer than 1 min to run the 5 trials left (no attempt was spent)"
+    )
+
+
+def test_every_planned_trial_ended_says_nothing_more_and_no_table_header_stands_alone(
+    tiny_task: Path, tmp_path: Path
+) -> None:
+    from suite.config.task import load_task
+    from suite.outputs.run_folder import format_summary
+    from suite.study.worker import exit_status
+
+    study = optuna.create_study()
+    _add(study, 0, "COMPLETE", record=True)
+    assert exit_status(study) == 0
+    assert format_summary(load_task(tiny_task), [], tmp_path) == (
+        f"tiny (accuracy x100, dev) -> {tmp_path / 'trials.jsonl'}: no trial has ended"
+    )
+
+
+def test_a_job_says_what_it_put_back_and_why_and_twice_at_one_limit_is_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`stopped` as a job of array 77 runs it after its worker put a trial back: the job's line,
+    and the reason written on the trial's queued copy, which the study's ending reads. The same
+    trial put back by a 1-minute limit's signal a second time is the cap: its array's other jobs
+    are cancelled (here a stub: no scancel leaves this test), and their put-backs say why."""
+    from optuna.trial import TrialState
+
+    from suite.config.request import Request
+    from suite.study import slurm_job
+    from suite.study.endings import ending_lines
+    from suite.study.job_log import JobLog, me
+    from suite.study.plan import retry_attrs
+
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
+    monkeypatch.setattr(slurm_job, "cancel_rest_of_array", lambda: 1)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(storage=url, study_name="s")
+    for i in (0, 1):
+        study.enqueue_trial({}, user_attrs={"key": _key(i), "attempt": 1, "setting": {}})
+    log = JobLog(Request(storage=url, study="s"))
+
+    def put_back(i: int, why: str, limit: int | None) -> str:  # as `work` does, then the job
+        (queued,) = [
+            t for t in study.get_trials(states=(TrialState.WAITING,)) if t.user_attrs["key"] == _key(i)
+        ]
+        study._storage.set_trial_state_values(queued._trial_id, state=TrialState.RUNNING)
+        study._storage.set_trial_system_attr(queued._trial_id, "worker", me())
+        trial = optuna.Trial(study, queued._trial_id)
+        study.tell(trial, state=TrialState.FAIL)
+        study.enqueue_trial({}, user_attrs=retry_attrs(trial, 1), skip_if_exists=False)
+        return slurm_job.stopped(log, why, limit)
+
+    def ending() -> list[str]:
+        return ending_lines(study.get_trials(), {_key(0), _key(1)}, 0, 2)[1:]
+
+    assert put_back(0, "SIGTERM", 1) == (
+        f"stopped by SIGTERM (a cancel, or Slurm ending the job): {_name(0, 0)} went back to the queue after "
+        "0 s (no attempt spent)"
+    )
+    assert f"{_name(0, 0)} started" in capsys.readouterr().err  # its start, though no look saw it
+    assert ending()[0] == f"  1 trial put back by a cancel (SIGTERM): {_name(0, 0)} after 0 s in job 77_0"
+    assert put_back(0, "SIGUSR2", 1).startswith(
+        f"stopped by the time limit's signal (SIGUSR2): {_name(2, 0)} went back"
+    )
+    assert ending() == [
+        f"  1 trial put back by the time limit's signal: {_name(2, 0)} after 0 s in job 77_0",
+        "  1 trial not started",
+        "rerun the same command to run the 2 trials left (no attempt was spent); a trial that time limits "
+        "stop twice needs a longer --slurm-time",
+    ]
+    assert put_back(0, "SIGUSR2", 1) == (
+        f"time limit shorter than a trial: {_name(3, 0)} ran 0, 0 s before 2 time limits of 1 min and is not "
+        "taken again by this launch (its 1 other job cancelled); rerun with a longer --slurm-time"
+    )
+    assert put_back(1, "SIGTERM", 1) == (
+        "stopped by SIGTERM: this array was cancelled, its time limit shorter than a trial "
+        f"(size=32|...|init=0,order=1,subsample=2): {_name(1, 1)} went back to the queue after 0 s (no "
+        "attempt spent)"
+    )
+    assert ending() == [
+        f"  1 trial put back by a time limit shorter than a trial: {_name(3, 0)}, stopped after 0, 0 s by 2 "
+        "limits of 1 min",
+        f"  1 trial put back when that cap cancelled its job: {_name(1, 1)} after 0 s in job 77_0",
+        "rerun with a --slurm-time longer than 1 min to run the 2 trials left (no attempt was spent)",
+    ]
+
+
+def test_a_job_whose_trial_was_taken_over_says_so_not_that_it_simply_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A trial this job's worker ran, failed as stale by another worker (a missed heartbeat): the
+    job's line names it as taken over, beside the trials it ended; each has its start and end line."""
+    from suite.config.request import Request
+    from suite.study.job_log import JobLog, me
+
+    monkeypatch.setattr("suite.study.supervise._stop", None)  # this process received no stop
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(storage=url, study_name="s")
+    for i in (0, 1):
+        study.enqueue_trial({}, user_attrs={"key": _key(i), "attempt": 1, "setting": {}})
+    log = JobLog(Request(storage=url, study="s"))
+    taken, ended = study.ask(), study.ask()
+    for trial in (taken, ended):
+        study._storage.set_trial_system_attr(trial._trial_id, "worker", me())
+    study.tell(taken, state=optuna.trial.TrialState.FAIL)  # another worker's stale check
+    ended.set_user_attr(
+        "record", {"key": _key(1), "outcome": "succeeded", "score": 0.5, "metric": "accuracy"}
+    )
+    study.tell(ended, 0.5)
+    log.look(every=True)
+    assert log.put_back(study) is None  # nor would a stop now take it for the trial it put back
+    assert log.summary() == (
+        f"ended 1 trial; {_name(0, 0)} was taken over after a missed heartbeat (its result is discarded); "
+        "no trial left to take"
+    )
+    said = [line.split(" ", 1)[1] for line in capsys.readouterr().err.splitlines()]  # stamps aside
+    assert said == [
+        f"{_name(0, 0)} started",
+        f"{_name(1, 1)} started",
+        f"{_name(1, 1)} ended: succeeded, accuracy=0.5",
+    ]

@@ -1,27 +1,36 @@
 """`suite launch` against a real single-node Slurm (.ci/slurm.sh: real sbatch, squeue, sacct and
 scancel; one cluster with accounting, one without) and PostgreSQL: a cancel mid-trial, a rerun that
 writes the outputs, `--wait` with and without accounting, `--export=NONE`, a time limit shorter
-than a trial, a hard-killed worker, and a database password that no file, argv or Slurm view may
-show. Every case ends with each planned trial COMPLETE once, its score bitwise equal to a
-one-worker `suite run` of the same plan on this machine.
+than a trial, a hard-killed worker, a worker frozen past its heartbeat's grace whose trial is
+taken over, and a database password that no file, argv or Slurm view may show. Every case ends
+with each planned trial COMPLETE once, its score bitwise equal to a one-worker `suite run` of the
+same plan on this machine. Each ending `--wait` prints is asserted line by line (what ended, what
+went back and why, what to do), and no job's log holds an `srun: error` line or a traceback.
 
 Without Slurm or PostgreSQL these tests skip with the reason; under CI=true they fail."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import secrets
+import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import optuna
 import pytest
 
 from suite.commands.cli import main
+from suite.study.endings import trial_name
 from suite.study.slurm import running
 
 pytestmark = pytest.mark.slurm  # `make slurm-test`: a step of its own in CI, outside `make test`
@@ -50,9 +59,10 @@ def _slurm(accounting: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _write_sweep(root: Path) -> Path:
+    """2 seeds of one setting, 10 epochs: a trial trains for seconds, long enough to be frozen in."""
     path = root / "sweeps" / "one.yaml"
     path.parent.mkdir(exist_ok=True)
-    path.write_text("name: one\nhparams: {batch_size: 8, epochs: 1, lr: 3.0e-4}\nseeds: {repeats: 2}\n")
+    path.write_text("name: one\nhparams: {batch_size: 8, epochs: 10, lr: 3.0e-4}\nseeds: {repeats: 2}\n")
     return path
 
 
@@ -81,8 +91,19 @@ def _command(
     ]  # fmt: skip
 
 
+@functools.cache
+def _storage(url: str) -> optuna.storages.RDBStorage:
+    """One storage per URL for the test's looks, holding no idle connection: tests poll it every
+    half second beside the jobs, and a fresh engine per look kept each one's connection until the
+    server refused clients."""
+    from sqlalchemy.pool import NullPool
+
+    return optuna.storages.RDBStorage(url, engine_kwargs={"poolclass": NullPool})
+
+
 def _trials(study: str, storage: str | None = POSTGRES) -> list[optuna.trial.FrozenTrial]:
-    return optuna.load_study(study_name=study, storage=storage).get_trials()
+    assert storage is not None
+    return optuna.load_study(study_name=study, storage=_storage(storage)).get_trials()
 
 
 def _until(what: str, ready: Callable[[], bool], timeout_s: float = 180) -> None:
@@ -100,13 +121,97 @@ def _job_ids(folder: Path) -> list[str]:
     return json.loads((folder / "launch.json").read_text())["launches"][-1]["jobs"]
 
 
-def _stalled_job(command: list[str], study: str, capsys: pytest.CaptureFixture) -> str:
-    """One worker job launched without waiting, once its trial is held mid-training."""
-    assert main([*command, "--workers", "1"]) == 0
-    assert "submitted 1 worker job (slurm): " in capsys.readouterr().out
-    _until("a running trial", lambda: any(t.state.name == "RUNNING" for t in _trials(study)))
-    (folder,) = (Path(command[command.index("--out") + 1])).glob("tiny/*")
-    return _job_ids(folder)[0]
+def _until_running(study: str) -> optuna.trial.FrozenTrial:
+    """The first trial seen running, once its worker has marked it (past the pop's lock)."""
+    seen: list[optuna.trial.FrozenTrial] = []
+
+    def one() -> bool:
+        seen.extend(t for t in _trials(study) if t.state.name == "RUNNING" and "worker" in t.system_attrs)
+        return bool(seen)
+
+    _until("a running trial", one)
+    return seen[0]
+
+
+def _launched(root: Path) -> list[dict]:
+    found = list((root / "runs").glob("tiny/*/launch.json"))
+    return json.loads(found[0].read_text())["launches"] if found else []
+
+
+@contextmanager
+def _meanwhile(root: Path, act: Callable[[list[str]], object]) -> Iterator[None]:
+    """`act(job ids)` in a thread once the launch the block runs (one that waits) has submitted its
+    jobs. Should it fail, the jobs are cancelled, so that the wait ends and the test fails."""
+    before, failed = len(_launched(root)), []
+
+    def run() -> None:
+        ids: list[str] = []
+        try:
+            _until("the launch's jobs", lambda: len(_launched(root)) > before)
+            ids = _launched(root)[-1]["jobs"]
+            act(ids)
+        except BaseException as err:  # reported in the test's own thread
+            failed.append(err)
+            subprocess.run(["scancel", *ids], check=False)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:  # the thread's failure first: it is why the launch ended as it did
+        thread.join(timeout=60)
+        assert not failed, failed
+
+
+def _put_back(study: str) -> optuna.trial.FrozenTrial:
+    """The last trial a stop put back (failed without a record)."""
+    return max((t for t in _trials(study) if t.state.name == "FAIL"), key=lambda t: t.number)
+
+
+def _assert_lines(err: str, expected: list[str]) -> None:
+    """`err`'s lines from its first job line on are `expected`, each matched as a whole (regexes)."""
+    lines = err.splitlines()
+    ours = lines[next(i for i, line in enumerate(lines) if line.startswith("job ")) :]
+    assert len(ours) == len(expected), "\n".join(ours)
+    for line, pattern in zip(ours, expected, strict=True):
+        assert re.fullmatch(pattern, line), f"{line!r} !~ {pattern!r}"
+    assert "did not end (a worker died?)" not in err
+
+
+def _assert_clean_logs(folder: Path, jobs: list[str]) -> None:
+    """These jobs' logs: no traceback, no warning, no `srun: error` (a step Slurm killed), and
+    none of the job's own lines on its stdout (they all go to one stream, its stderr)."""
+    for job in jobs:
+        log = _logs(folder, job)
+        assert "Traceback" not in log and "Warning:" not in log and "srun: error" not in log, log
+        out = "".join(p.read_text() for p in (folder / "jobs" / job).glob("*_log.out"))
+        assert not re.search(r"^\d\d:\d\d:\d\d ", out, re.M), out
+
+
+def _assert_stop_logged(folder: Path, job: str, trial: optuna.trial.FrozenTrial) -> None:
+    """The job's log: the trial a stop put back started once, then a stamped line put it back."""
+    log = _logs(folder, job)
+    assert re.search(rf"^\d\d:\d\d:\d\d {re.escape(trial_name(trial))} started$", log, re.M), log
+    assert re.search(rf"^\d\d:\d\d:\d\d .*: {re.escape(trial_name(trial))} (went back|ran )", log, re.M), log
+
+
+def _assert_left_within(job: str, folder: Path, seconds: float) -> None:
+    """The job's step ended (sacct) at most `seconds` after its stop line's stamp."""
+    stamp = re.search(r"^(\d\d:\d\d:\d\d) stopped by ", _logs(folder, job), re.M)
+    assert stamp, _logs(folder, job)
+    ends: dict[str, str] = {}
+
+    def accounted() -> bool:
+        done = subprocess.run(
+            ["sacct", "-n", "-P", "-j", job, "-o", "JobID,End"], capture_output=True, text=True, check=False
+        )
+        ends.update(line.split("|", 1) for line in done.stdout.splitlines() if "|" in line)
+        return ends.get(f"{job}.0", "Unknown") not in ("Unknown", "")
+
+    _until(f"job {job}'s step in sacct", accounted, timeout_s=60)
+    end = datetime.fromisoformat(ends[f"{job}.0"])
+    stop = datetime.combine(end.date(), datetime.strptime(stamp.group(1), "%H:%M:%S").time())
+    assert 0 <= (end - stop).total_seconds() <= seconds, (stamp.group(1), end)
 
 
 def _assert_each_trial_once(
@@ -124,8 +229,9 @@ def _assert_each_trial_once(
     assert all("record" not in t.user_attrs for t in trials if t.state.name == "FAIL")
 
 
-def _logs(folder: Path, job: str, suffix: str) -> str:
-    return "".join(p.read_text() for p in (folder / "jobs" / job).glob(f"*_log.{suffix}"))
+def _logs(folder: Path, job: str) -> str:
+    """A job's log: its lines (trials started and ended, a stop) and Slurm's, on its stderr."""
+    return "".join(p.read_text() for p in (folder / "jobs" / job).glob("*_log.err"))
 
 
 @pytest.fixture
@@ -229,80 +335,210 @@ def test_the_storage_password_reaches_jobs_through_no_file_argv_slurm_view_or_lo
         assert not [p for p in files if password.encode() in p.read_bytes()]
         jobs = [folder / "jobs", *(folder / "jobs").rglob("*")]
         assert not [p for p in jobs if p.stat().st_mode & 0o077]  # the owner's alone
-        assert "Traceback" not in "".join(_logs(folder, job, "err") for job in _job_ids(folder))
+        _assert_clean_logs(folder, _job_ids(folder))
     for study in ("secret-env", "secret-file"):  # the jobs connected and scored every trial
         _assert_each_trial_once(study, reference, planned=2, storage=full)
+
+
+STATE = r"(?:COMPLETED|state unknown: .+)"  # without accounting, once squeue forgot the job
+DIED = (
+    r"  1 trial still marked running: its worker died without putting it back \(killed without a stop: "
+    r"a node failure, the memory limit or SIGKILL\): "
+)
 
 
 @pytest.mark.faults
 def test_a_cancelled_job_puts_its_trial_back_and_a_rerun_with_export_none_waits_and_writes(
     tiny_task: Path, tiny_models: dict, reference: dict, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
+    """The only job of a waiting launch, cancelled mid-trial: --wait says what went back and why,
+    and to rerun; the job left within 10 s of its stop line. The same command again, 2 jobs under
+    --export=NONE: one is frozen (SIGSTOP) past its heartbeat's grace, the other takes its trial
+    over, and the frozen one, woken, stops that trial with one line; --wait says whose trial was
+    taken over and exits 0."""
     _slurm("accounting", monkeypatch)
-    study = f"slurm-{uuid.uuid4().hex[:8]}"
+    study, root = f"slurm-{uuid.uuid4().hex[:8]}", tiny_task.parent.parent
     command = _command(tiny_task, tiny_models["bert"], study)
     monkeypatch.setenv("SUITE_STALL_AT", "train_step:1")  # the job's trial hangs in its first step
-    job = _stalled_job(command, study, capsys)
-    subprocess.run(["scancel", job], check=True)
-    _until_ended(job)
-    (folder,) = (tiny_task.parent.parent / "runs").glob("tiny/*")
-    assert "Traceback" not in _logs(folder, job, "err")
-    assert "stopped by SIGTERM (scancel, the time limit or a stop): trial " in _logs(folder, job, "err")
-    assert "(no attempt spent)" in _logs(folder, job, "err")
+    with _meanwhile(root, _once_running(study)):
+        assert main([*command, "--workers", "1", "--wait"]) == 1
+    out, err = capsys.readouterr()
+    (folder,) = (root / "runs").glob("tiny/*")
+    (job,) = _job_ids(folder)
+    name = re.escape(trial_name(back := _put_back(study)))
+    _assert_stop_logged(folder, job, back)
+    _assert_lines(
+        err,
+        [
+            rf"job {job} CANCELLED: stopped by SIGTERM \(a cancel, or Slurm ending the job\): {name} went "
+            r"back to the queue after \d+ s \(no attempt spent\)",
+            r"0 of 2 planned trials ended; 2 did not:",
+            rf"  1 trial put back by a cancel \(SIGTERM\): {name} after \d+ s in job {job}",
+            r"  1 trial not started",
+            r"rerun the same command to run the 2 trials left \(no attempt was spent\)",
+        ],
+    )
+    assert (
+        out.splitlines()[-1] == f"tiny (accuracy x100, dev) -> {folder / 'trials.jsonl'}: no trial has ended"
+    )
+    _assert_clean_logs(folder, [job])
+    _assert_left_within(job, folder, 10)
 
     monkeypatch.delenv("SUITE_STALL_AT")
     monkeypatch.setenv("SBATCH_EXPORT", "NONE")  # a site's default: the job gets what launch passes
-    assert main([*command, "--workers", "2", "--wait"]) == 0
-    err = capsys.readouterr().err
-    jobs = _job_ids(folder)
-    assert [line.split(":")[0] for line in err.splitlines() if line.startswith("job ")] == [
-        f"job {j} COMPLETED" for j in jobs
+    taken: list[optuna.trial.FrozenTrial] = []
+    with _meanwhile(root, lambda ids: taken.append(_taken_over(study))):
+        assert main([*command, "--workers", "2", "--wait"]) == 0
+    out, err = capsys.readouterr()
+    jobs, (trial,) = _job_ids(folder), taken
+    (frozen,) = [j for j in jobs if "was taken over" in _logs(folder, j)]
+    assert (
+        _logs(folder, frozen).count(
+            f"\n{trial_name(trial)} was taken over after a missed heartbeat; its result is discarded\n"
+        )
+        == 1
+    )
+    ended = {j: _logs(folder, j).count(" ended: ") for j in jobs}  # the woken one may take its copy
+    assert sum(ended.values()) == 2
+    over = f"; {trial_name(trial)} was taken over after a missed heartbeat (its result is discarded)"
+    said = [
+        f"job {j} COMPLETED: ended {ended[j]} trial{'s' if ended[j] != 1 else ''}"
+        f"{over if j == frozen else ''}; no trial left to take"
+        for j in jobs
     ]
+    _assert_lines(err, [re.escape(line) for line in said])
+    assert "  size setting" in out
+    _assert_clean_logs(folder, jobs)
     _assert_each_trial_once(study, reference, planned=2)
     records = [json.loads(line) for line in (folder / "trials.jsonl").open()]
     assert sorted(r["key"] for r in records) == sorted(reference)
-    logs = "".join(_logs(folder, j, "out") for j in jobs)
-    for key in reference:  # one line when each trial started and one when it ended, in some job
-        assert logs.count(f"trial {key} started") == 1 and logs.count(f"trial {key} ended: ") == 1
+    logs = "".join(_logs(folder, j) for j in jobs)
+    for t in _trials(study):  # one line when each trial started and one when it ended, in some job
+        if t.state.name == "COMPLETE":
+            assert (
+                logs.count(f"{trial_name(t)} started\n") == 1 and logs.count(f"{trial_name(t)} ended: ") == 1
+            )
+    assert logs.count(f"{trial_name(trial)} started\n") == 1 and f"{trial_name(trial)} ended" not in logs
+
+
+def _taken_over(study: str) -> optuna.trial.FrozenTrial:
+    """Freeze (SIGSTOP) the worker of the first trial seen running until another worker has failed
+    that trial as stale (its heartbeat's grace, 3 x SUITE_HEARTBEAT_S), then wake it (SIGCONT)."""
+    trial = _until_running(study)
+    pid = int(trial.system_attrs["worker"].rpartition(":")[2])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        (now,) = [t for t in _trials(study) if t.number == trial.number]
+        assert now.state.name == "RUNNING", "the trial ended before its worker was frozen"
+        _until("its trial failed as stale", lambda: _trials(study)[trial.number].state.name == "FAIL")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return trial
+
+
+def _once_running(study: str, *signal_: str) -> Callable[[list[str]], None]:
+    """scancel (a signal: `--signal=USR2`, the time limit's) to a launch's jobs once one runs a trial."""
+
+    def cancel(ids: list[str]) -> None:
+        _until_running(study)
+        subprocess.run(["scancel", *signal_, *ids], check=True)
+
+    return cancel
 
 
 @pytest.mark.faults
 def test_time_limits_lose_no_attempt_wait_ends_without_accounting_and_a_killed_worker_is_requeued(
     tiny_task: Path, tiny_models: dict, reference: dict, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    """On the cluster without accounting (sacct fails), one trial (`--seeds 1`)."""
+    """On the cluster without accounting (sacct fails), one trial (`--seeds 1`): a real 1-minute
+    limit, then the limit's signal twice at 5 minutes (sent as a trial runs: once is put back, twice
+    is the cap), a rerun warned, and a worker SIGKILLed: each ending as --wait says it."""
     _slurm("none", monkeypatch)
-    study = f"slurm-{uuid.uuid4().hex[:8]}"
+    study, root = f"slurm-{uuid.uuid4().hex[:8]}", tiny_task.parent.parent
     command = [*_command(tiny_task, tiny_models["bert"], study), "--seeds", "1"]
     monkeypatch.setenv("SUITE_STALL_AT", "train_step:1")
-    # A real 1-minute limit: its signal (15 s ahead) stops the job, whenever it comes, and --wait ends.
+    # A real 1-minute limit: its signal (15 s ahead, or up to a minute early) stops the job, with or
+    # without a trial taken yet, and --wait ends.
     assert main([*command, "--workers", "1", "--slurm-time", "1", "--wait"]) == 1
-    (folder,) = (tiny_task.parent.parent / "runs").glob("tiny/*")
+    (folder,) = (root / "runs").glob("tiny/*")
     (job,) = _job_ids(folder)
     err = capsys.readouterr().err
-    assert f"job {job} " in err and "Traceback" not in _logs(folder, job, "err")
-    assert "stopped by the time limit's signal" in _logs(folder, job, "err")
-    assert not any(t.state.name == "COMPLETE" for t in _trials(study))
+    if f"job {job} " in err and "with no trial running" in err:
+        first = [rf"job {job} {STATE}: stopped by the time limit's signal \(SIGUSR2\) with no trial running"]
+        first += ["0 of 1 planned trials ended; 1 did not:", "  1 trial not started"]
+        _assert_lines(
+            err, [*first, r"rerun the same command to run the 1 trial left \(no attempt was spent\)"]
+        )
+    else:
+        _assert_time_limited(err, folder, job, study)
+    _assert_clean_logs(folder, [job])
 
-    # The same signal again, and again, until the trial went back twice: not taken again, one line.
-    stops = optuna.load_study(study_name=study, storage=POSTGRES).user_attrs.get("time_limited", {})
-    for _ in range(2 - sum(len(v) for v in stops.values())):
-        job = _stalled_job([*command, "--slurm-time", "1"], study, capsys)
-        subprocess.run(["scancel", "--signal=USR2", job], check=True)
-        _until_ended(job)
-    assert "time limit shorter than a trial: trial " in _logs(folder, job, "err")
-    assert main([*command, "--workers", "1", "--slurm-time", "1"]) == 0  # warned at once
-    assert "warning: --slurm-time 1 min: a 1 min limit stopped trial " in capsys.readouterr().err
+    # The limit's signal at 5 minutes: the trial goes back; again: the cap (not taken again).
+    with _meanwhile(root, _once_running(study, "--signal=USR2")):
+        assert main([*command, "--workers", "1", "--slurm-time", "5", "--wait"]) == 1
+    (job,) = _job_ids(folder)
+    _assert_time_limited(capsys.readouterr().err, folder, job, study)
+    with _meanwhile(root, _once_running(study, "--signal=USR2")):
+        assert main([*command, "--workers", "1", "--slurm-time", "5", "--wait"]) == 1
+    out, err = capsys.readouterr()
+    (job,) = _job_ids(folder)
+    name = re.escape(trial_name(back := _put_back(study)))
+    _assert_stop_logged(folder, job, back)
+    _assert_lines(
+        err,
+        [
+            rf"job {job} {STATE}: time limit shorter than a trial: {name} ran \d+, \d+ s before 2 time "
+            r"limits of 5 min and is not taken again by this launch; rerun with a longer --slurm-time",
+            r"0 of 1 planned trials ended; 1 did not:",
+            rf"  1 trial put back by a time limit shorter than a trial: {name}, stopped after \d+, \d+ s "
+            r"by 2 limits of 5 min",
+            r"rerun with a --slurm-time longer than 5 min to run the 1 trial left \(no attempt was spent\)",
+        ],
+    )
+    assert (
+        out.splitlines()[-1] == f"tiny (accuracy x100, dev) -> {folder / 'trials.jsonl'}: no trial has ended"
+    )
+    _assert_clean_logs(folder, [job])
+    assert main([*command, "--workers", "1", "--slurm-time", "5"]) == 0  # warned at once
+    assert "warning: --slurm-time 5 min: a 5 min limit stopped trial size=32|...|" in capsys.readouterr().err
     subprocess.run(["scancel", job := _job_ids(folder)[-1]], check=True)
     _until_ended(job)
 
-    # A worker SIGKILLed mid-trial (FAILED, or unknown once squeue forgot it): the next job
-    # re-queues its trial after 3 missed heartbeats and trains it once.
+    # A worker SIGKILLed mid-trial (FAILED, or unknown once squeue forgot it): --wait says so; the
+    # next job re-queues its trial after 3 missed heartbeats and trains it once.
     monkeypatch.delenv("SUITE_STALL_AT")
     monkeypatch.setenv("SUITE_KILL_AT", "evaluation:1")
     assert main([*command, "--workers", "1", "--slurm-time", "5", "--wait"]) == 1
-    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("job ")]
+    err = capsys.readouterr().err
+    (line,) = [line for line in err.splitlines() if line.startswith("job ")]
     assert " FAILED: " in line or "state unknown: Slurm accounting storage is disabled" in line
+    (running_,) = [t for t in _trials(study) if t.state.name == "RUNNING"]
+    _assert_lines(
+        err,
+        [
+            re.escape(line),
+            r"0 of 1 planned trials ended; 1 did not:",
+            DIED + re.escape(trial_name(running_)),
+            r"rerun the same command to run the 1 trial left \(no attempt was spent\)",
+        ],
+    )
     monkeypatch.delenv("SUITE_KILL_AT")
     assert main([*command, "--workers", "1", "--slurm-time", "5", "--wait"]) == 0
     _assert_each_trial_once(study, reference, planned=1)
+
+
+def _assert_time_limited(err: str, folder: Path, job: str, study: str) -> None:
+    """--wait's ending after the time limit's signal put the study's one trial back."""
+    name = re.escape(trial_name(_put_back(study)))
+    _assert_stop_logged(folder, job, _put_back(study))
+    _assert_lines(
+        err,
+        [
+            rf"job {job} {STATE}: stopped by the time limit's signal \(SIGUSR2\): {name} went back to the "
+            r"queue after \d+ s \(no attempt spent\)",
+            r"0 of 1 planned trials ended; 1 did not:",
+            rf"  1 trial put back by the time limit's signal: {name} after \d+ s in job {job}",
+            r"rerun the same command to run the 1 trial left \(no attempt was spent\); a trial that time "
+            r"limits stop twice needs a longer --slurm-time",
+        ],
+    )

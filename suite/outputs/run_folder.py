@@ -129,13 +129,16 @@ def summary_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def format_summary(task: TaskSpec, records: list[dict[str, Any]], folder: Path) -> str:
     """One row per (size, full setting): runs, median, IQR, min, max, failed runs; a plain line
     per (size, setting) no trial of which produced a score; then the trials that are not runs
-    (errored, pruned) and why."""
+    (errored, pruned) and why. No trial ended: one line saying so, no header."""
     from suite.outputs.unscored import no_score_lines
     from suite.study.records import outcome
 
     split = "dev" if task.eval_split == "validation" else task.eval_split
+    title = f"{task.name} ({task.metric.main} x100, {split}) -> {folder / 'trials.jsonl'}"
+    if not records:  # a table header without rows would read as a table that lost them
+        return f"{title}: no trial has ended"
     lines = [
-        f"{task.name} ({task.metric.main} x100, {split}) -> {folder / 'trials.jsonl'}",
+        title,
         f"{'size':>8s} {'setting':28s} {'n':>4s} {'median':>7s} {'IQR':>7s} {'min':>7s} {'max':>7s}  failed",
     ]
     for row in summary_rows(records):

@@ -4,8 +4,9 @@ reporting how they ended through squeue and sacct, with or without Slurm's accou
 
 submitit's own `job.done()` asks sacct: where accounting is off it fails ("Slurm accounting storage
 is disabled") and submitit takes every job it cannot see as running, forever. Here a job runs while
-squeue lists it unfinished; its end state comes from sacct, else from squeue (which keeps an ended
-job for MinJobAge, 300 s by default), else it is said to be unknown, and why.
+squeue lists it unfinished; its end state comes from squeue while it lists the job ended (it keeps
+an ended job for MinJobAge, 300 s by default), else from sacct (asked again for a moment where its
+accounting lags the end), else it is said to be unknown, and why.
 
 The storage's password never goes into a job's files or arguments (the run folder is on a shared
 filesystem; argv is in everyone's `ps`): a job gets the URL without it, and the password in its
@@ -19,6 +20,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -165,12 +167,25 @@ def running(ids: list[str]) -> bool:
     return states is None or any(state in UNFINISHED for state in states.values())
 
 
-def end_states(ids: list[str]) -> dict[str, str]:
-    """Each ended job's state: sacct's, else squeue's, else `unknown (why)`."""
+def end_states(ids: list[str], tries: int = 5, wait_s: float = 1.0) -> dict[str, str]:
+    """Each ended job's state: squeue's while it lists the job ended (fresh), else sacct's, else
+    `unknown (why)`. Accounting lags the job's end by a moment: a job sacct still calls running
+    is asked again, `tries` times `wait_s` apart."""
+    listed = {i: s for i, s in (squeue_states(ids) or {}).items() if s not in UNFINISHED}
     accounted, why = sacct_states(ids)
-    listed = squeue_states(ids) or {}
-    unknown = f"state unknown: {why or 'sacct does not list it'}; squeue no longer does"
-    return {i: accounted.get(i) or listed.get(i) or unknown for i in ids}
+    for _ in range(tries - 1):
+        if not any(accounted.get(i) in UNFINISHED for i in ids if i not in listed):
+            break
+        time.sleep(wait_s)
+        accounted, why = sacct_states(ids)
+    return {i: listed.get(i) or _accounted(accounted.get(i), why) for i in ids}
+
+
+def _accounted(state: str | None, why: str) -> str:
+    if state and state not in UNFINISHED:
+        return state
+    said = f"sacct still says {state}" if state else why or "sacct does not list it"
+    return f"state unknown: {said}; squeue no longer does"
 
 
 def report(jobs: list[Any], raised: Any) -> None:
@@ -195,6 +210,8 @@ def _outcome(job: Any) -> tuple[str, Any]:
 def time_limit_warning(study: Any, minutes: int) -> str | None:
     """One line when the study's trials need more than a job's time limit leaves them: a stored
     trial took longer, or a limit as long or longer put one back unfinished."""
+    from suite.study.endings import trial_name
+    from suite.study.records import short_key
     from suite.study.slurm_job import TIME_LIMITED_ATTR
 
     usable = minutes * 60 - signal_lead_s(minutes)
@@ -202,18 +219,19 @@ def time_limit_warning(study: Any, minutes: int) -> str | None:
         if hit := [(ran, limit) for _, ran, limit in times if limit and limit >= minutes]:
             ran, limit = max(hit)
             return (
-                f"warning: --slurm-time {minutes} min: a {limit} min limit stopped trial {key} unfinished "
-                f"after {ran:.0f} s; its jobs would put it back again (no attempt is spent)"
+                f"warning: --slurm-time {minutes} min: a {limit} min limit stopped trial {short_key(key)} "
+                f"unfinished after {ran:.0f} s; its jobs would put it back again (no attempt is spent)"
             )
     took = [
-        (float(t.user_attrs["record"].get("wall_time_s") or 0), str(t.user_attrs.get("key")))
+        (float(t.user_attrs["record"].get("wall_time_s") or 0), t.number, t)
         for t in study.get_trials(deepcopy=False)
         if t.state.name == "COMPLETE" and "record" in t.user_attrs
     ]
     if not took or max(took)[0] <= usable:
         return None
-    seconds, key = max(took)
+    seconds, _, trial = max(took)
     return (
-        f"warning: --slurm-time {minutes} min leaves a trial {usable} s before the stop signal; trial "
-        f"{key} took {seconds:.0f} s: its job's limit would put it back unfinished (no attempt is spent)"
+        f"warning: --slurm-time {minutes} min leaves a trial {usable} s before the stop signal; "
+        f"{trial_name(trial)} took {seconds:.0f} s: its job's limit would put it back unfinished (no "
+        "attempt is spent)"
     )

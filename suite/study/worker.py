@@ -26,17 +26,20 @@ POLL_MOST_S = 60.0  # a slow poll (the first, before Optuna caches the ended tri
 
 def exit_status(study: Any) -> int:
     """0 when every planned trial ended as a run; 1 (and why) when some did not: one line for each
-    error that repeated and stopped trials (`suite.study.repeated_errors`), then a line per other
-    errored trial (at most 5) and the counts of what no stop explains."""
+    error that repeated and stopped trials (`suite.study.repeated_errors`), a line per other
+    errored trial (at most 5), then the planned trials that did not end, why (what their workers
+    wrote when they put them back: `suite.study.endings`) and what to do."""
     from optuna.trial import TrialState
 
+    from suite.study.endings import ending_lines
     from suite.study.plan import finished_records, planned_keys
     from suite.study.records import outcome, run_key
     from suite.study.repeated_errors import error_signature, study_stops
 
     final = finished_records(study)
     errored = [r for r in final.values() if outcome(r) == "errored"]
-    missing = sorted(planned_keys(study) - set(final))
+    planned = planned_keys(study)
+    missing = sorted(planned - set(final))
     stops = study_stops(study)
     if stops:
         waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
@@ -52,15 +55,11 @@ def exit_status(study: Any) -> int:
             f"errored trial {r.get('trial_number', '?')} (seeds {r.get('seeds')}): {r.get('reason')}",
             file=sys.stderr,
         )
-    if missing:
-        print(
-            f"{len(missing)} planned trials did not end (a worker died?); rerun to continue", file=sys.stderr
-        )
-    if errored or missing:
-        print(
-            f"{len(errored)} errored, {len(missing)} unfinished: rerun the same command to retry them",
-            file=sys.stderr,
-        )
+    trials = study.get_trials(deepcopy=False) if missing else []
+    for line in ending_lines(trials, missing, len(planned & set(final)), len(planned)):
+        print(line, file=sys.stderr)
+    if errored:
+        print(f"{len(errored)} errored: rerun the same command to retry them", file=sys.stderr)
     return 1 if stops or errored or missing else 0
 
 
