@@ -101,7 +101,7 @@ def map_from_flags(flags: dict[str, Any], hparams: list[str], fixed: list[str]) 
     None where none was given (the suite's own spelling is read)."""
     given = {k: v for k, v in flags.items() if v is not None}
     raw: dict[str, Any] = {**given, "hparams": _pairs("--hparam", hparams), "fixed": _pairs("--fixed", fixed)}
-    raw["fixed"] = {k: _scalar(v) for k, v in raw["fixed"].items()}
+    raw["fixed"] = {k: scalar(v) for k, v in raw["fixed"].items()}
     if not given and not hparams and not fixed:
         return None
     return validate(RunsMap, raw, Path("flags"))
@@ -117,8 +117,8 @@ def _pairs(flag: str, items: list[str]) -> dict[str, str]:
     return out
 
 
-def _scalar(text: str) -> Scalar:
-    """A flag's value as YAML would read it: 500, 2e-5, true, full."""
+def scalar(text: str) -> Scalar:
+    """A flag's value, or a CSV cell's text, as YAML would read it: 500, 2e-5, true, full."""
     try:
         return int(text)
     except ValueError:

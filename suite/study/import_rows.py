@@ -17,6 +17,7 @@ from typing import Any, cast
 from pydantic import ValidationError
 
 from suite.config.fields import describe
+from suite.config.runs_map import scalar
 from suite.config.sweep import HParams, child_seed
 from suite.config.task import per_class_k
 from suite.errors import SuiteError
@@ -132,23 +133,12 @@ def _value(found: Any) -> Any:
     text = found.strip()
     if text == "":
         return None
-    lower = text.lower()
-    if lower in ("true", "false"):
-        return lower == "true"
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        pass
     if text[0] in "[{":
         try:
             return json.loads(text)
         except ValueError:
             return text
-    return text
+    return scalar(text)
 
 
 def _kept(row: dict[str, Any], kept: list[str]) -> dict[str, Any]:
