@@ -183,7 +183,7 @@ def test_the_docs_pages_render_in_chromium(served: str) -> None:
         assert view.url == served + "guarantees/"
         assert title() == "Guarantees"
         assert view.locator("article h2#growing-a-study").count() == 1
-        assert view.locator("article table tbody tr").count() == 5  # the five outcomes
+        assert view.locator("article table tbody tr").count() == 6  # the six outcomes
 
         # A link across pages with an anchor lands on that heading.
         assert view.goto(served + "comparisons/").ok
