@@ -32,16 +32,18 @@ def write_outputs(study: Any, folder: Path, task: TaskSpec) -> tuple[list[dict[s
 
 def _write_outputs(study: Any, folder: Path, task: TaskSpec) -> tuple[list[dict[str, Any]], str]:
     from suite.outputs.leaderboard import write_leaderboard
-    from suite.study.plan import finished_records, planned_keys, study_records
-    from suite.study.records import outcome
+    from suite.study.plan import planned_keys, study_records
+    from suite.study.records import final_records, outcome
     from suite.study.storage import write_atomic, write_jsonl
 
-    records = sorted(finished_records(study).values(), key=lambda r: r.get("trial_number", 0))
+    every = study_records(study)  # parsed once: trials.jsonl and the final records both read it
+    final = {r["key"]: r for r in final_records(every)}  # `plan.finished_records`, on records read
+    records = sorted(final.values(), key=lambda r: r.get("trial_number", 0))
     counts = {"ended": sum(outcome(r) != "errored" for r in records), "planned": len(planned_keys(study))}
     info = {**study.user_attrs["run_info"], "fingerprint": study.user_attrs.get("fingerprint")}
     info["trials"] = counts  # ended as runs, of planned: a study stopped partway says so (`partial_note`)
     write_atomic(folder / "run.json", json.dumps(info, indent=2) + "\n")
-    write_jsonl(folder / "trials.jsonl", study_records(study))
+    write_jsonl(folder / "trials.jsonl", every)
     write_leaderboard([folder], folder / "leaderboard.json")
     lines = [format_summary(task, records, folder)]
     if info.get("stack_mixed"):

@@ -28,9 +28,10 @@ print(json.dumps([code, "torch" in sys.modules]))
 """
 
 
-def _refused(args: list[str]) -> str:
+def _refused(args: list[str], wrap: tuple[str, ...] = ()) -> str:
+    """`args` refused in one line, exit 2, torch never imported; `wrap`: a command to run it under."""
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(args)],
+        [*wrap, sys.executable, "-c", PROBE, json.dumps(args)],
         capture_output=True,
         text=True,
         timeout=300,

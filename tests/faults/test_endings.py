@@ -142,28 +142,11 @@ def test_memory_out_while_writing_the_outputs_is_one_line_and_the_rerun_writes_t
     assert not any(line.startswith("trial ") for line in trace.read_text().splitlines())  # nothing trained
 
 
-# `main` in a fresh interpreter: prints the exit code and whether torch was imported.
-PROBE = """
-import json, sys
-from suite.commands.cli import main
-code = main(json.loads(sys.argv[1]))
-print(json.dumps([code, "torch" in sys.modules]))
-"""
+def _refused_early(args: list[str], wrap: tuple[str, ...] = ()) -> str:
+    """`args` refused in one line, exit 2, before torch, in a fresh interpreter (the fault suite's probe)."""
+    from tests.faults.test_early_refusals import _refused
 
-
-def _refused_early(args: list[str], wrap: list[str] = ()) -> str:  # noqa: B006
-    """`args` refused in one line, exit 2, torch never imported, in a fresh interpreter."""
-    import json
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [*wrap, sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [2, False], done.stderr[-2000:]
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr[-2000:]
-    return done.stderr.strip()
+    return _refused(args, wrap).strip()
 
 
 def test_an_output_that_cannot_be_written_is_refused_before_torch(tmp_path: Path) -> None:
@@ -191,7 +174,7 @@ def test_report_on_a_read_only_run_folder_is_one_line_before_its_kernel(
     mount = f"mount --bind {folder} {folder} && mount -o remount,bind,ro {folder} && exec \"$0\" \"$@\""
     if not shutil.which("unshare") or os.system(f"unshare -m sh -c 'mount --bind {folder} {folder}'"):
         pytest.skip("no private mount namespace here (unshare -m): a read-only folder cannot be made")
-    line = _refused_early(["report", str(folder)], wrap=["unshare", "-m", "sh", "-c", mount])
+    line = _refused_early(["report", str(folder)], wrap=("unshare", "-m", "sh", "-c", mount))
     assert line == (
         f"error: report {folder}: {folder} is not writable; copy the run folder somewhere writable "
         "and report on the copy"
