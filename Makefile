@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 # The benchmark data: $SUITE_DATA_DIR, else ../shared/data where it exists, else none (the tasks
 # then read their pinned hub sources, which need the network; README, Install).
-DATA    ?= $(or $(SUITE_DATA_DIR),$(wildcard ../shared/data))
+DATA    ?= $(abspath $(or $(SUITE_DATA_DIR),$(wildcard ../shared/data)))
 TASK    ?= tasks/ner.yaml
 PROFILE ?= default
 # One single-threaded worker per core: ~1.2x faster than one worker x all cores (benchmarks/RESULTS.md).
@@ -28,18 +28,20 @@ test: venv
 	SUITE_DATA_DIR=$(DATA) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n auto --dist load --durations=15 -m 'not slurm and not coverage_sim'  # one test process per core (pytest-xdist): each takes a first chunk of the collection, then the next tests as it frees (docs/contributing.md); the 15 slowest tests, to keep the suite fast; the real-Slurm tests are `slurm-test`, the full coverage simulation `coverage-check`
 
 # The tier to run after each change: ruff, then every test that neither trains, reads the real
-# data, nor starts suite processes (markers `trains`, `slow`, `faults`: tests/conftest.py), every
-# module imported (tests/test_layout.py), with its line coverage of suite/stats and suite/config
-# (docs/contributing.md gives the figures). `make test`, which CI runs, stays the whole suite.
-FAST := not slow and not faults and not trains and not slurm and not coverage_sim
+# data, starts suite processes nor simulates many studies (markers `trains`, `slow`, `faults`,
+# `simulation`: tests/conftest.py, pyproject.toml), every module imported (tests/test_layout.py),
+# with its line coverage of suite/stats and suite/config (docs/contributing.md gives the figures).
+# `make test`, which CI runs, stays the whole suite.
+FAST := not slow and not faults and not trains and not simulation and not slurm and not coverage_sim
 test-fast: venv
 	$(BIN)/ruff check suite tests benchmarks analysis
 	SUITE_DATA_DIR=$(DATA) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n auto --dist load -m '$(FAST)' \
 	  --cov=suite.stats --cov=suite.config --cov-report=term:skip-covered
 
 # The launch tests against a real Slurm and PostgreSQL (tests/test_launch_slurm.py), a step of its
-# own in CI (.ci/run starts both): about 1.5 minutes of jobs that import the suite, kept out of the
-# 20 minutes of `make test`. Without Slurm they skip, the reason printed (-rs; they fail under CI=true).
+# own in CI (.ci/run starts both): 2-3 minutes of jobs that import the suite (docs/clusters.md), kept
+# out of the 15 minutes of `make test`. Without Slurm they skip, the reason printed (-rs; they fail
+# under CI=true).
 slurm-test: venv
 	SUITE_DATA_DIR=$(DATA) $(BIN)/python -m pytest -q -rs -n 2 --dist load -m slurm tests/test_launch_slurm.py
 

@@ -19,6 +19,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # here and in the suite processes they start, even on a CUDA host (`make test` there). Tests marked
 # `gpu` (`pytest -m gpu`) see the GPU: `_gpu_tests_see_the_gpu`.
 os.environ["SUITE_ACCELERATOR"] = "cpu"
+# A relative SUITE_DATA_DIR (`SUITE_DATA_DIR=../shared/data pytest`) names a folder from here: the
+# tests that run the suite from another folder (an empty one, a wheel's venv) get it absolute.
+if os.environ.get("SUITE_DATA_DIR"):
+    os.environ["SUITE_DATA_DIR"] = os.path.abspath(os.environ["SUITE_DATA_DIR"])
 
 # Hypothesis draws: the same examples on every run by default, so CI cannot go red by chance;
 # `SUITE_HYPOTHESIS=wide` draws fresh ones each run (a failure prints its seed and blob: write it

@@ -46,6 +46,7 @@ def _group_coverage(n: int, collapsed: float, method: str, studies: int = 2000) 
     return hits / studies, shares / studies
 
 
+@pytest.mark.simulation
 @pytest.mark.parametrize("collapsed", [0.0, 0.2])
 @pytest.mark.parametrize("n", [3, 5, 10])
 def test_iqm_interval_covers_at_the_runs_a_study_has(n: int, collapsed: float) -> None:

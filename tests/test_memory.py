@@ -252,6 +252,7 @@ def test_an_explicit_worker_count_starts_no_process_for_a_trial_that_is_not_ther
     assert started == [] and len((folder / "trials.jsonl").read_text().splitlines()) == 1
 
 
+@pytest.mark.trains  # starts `run`'s worker processes (no training fixture)
 def test_a_user_error_found_while_the_first_worker_plans_is_one_line_exit_2(
     tiny_task: Path, tmp_path: Path, capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -336,6 +336,7 @@ def coverage(found: dict) -> float:
     return float(np.mean((lo <= truth) & (truth <= hi)))
 
 
+@pytest.mark.simulation
 @pytest.mark.parametrize("paired", [True, False])
 def test_interval_covers_a_known_effect_at_nominal_95(paired: bool) -> None:
     found = simulated_intervals(200 + paired, studies=1000, seeds=8, n=300, nboot=400, paired=paired)

@@ -20,6 +20,8 @@ from suite.training.trial import run_trial
 from suite.training.trial_plan import Seeds, TrialPlan
 from tests.conftest import WORDS, save_tiny_models
 
+pytestmark = pytest.mark.trains  # its fixtures build and train tiny models
+
 FAMILIES = ["bert", "roberta", "distilbert", "albert", "electra", "deberta-v2"]
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import optuna
+import pytest
 
 from suite.config.request import Request
 from suite.identity import STACK, TASK_FIELDS_ADDED
@@ -35,6 +36,7 @@ def test_the_fingerprint_of_a_study_made_before_the_move_is_unchanged(tiny_task:
     assert {k.removeprefix(STACK) for k in s.fingerprint if k.startswith(STACK)} >= {"torch", "transformers"}
 
 
+@pytest.mark.trains  # trains the stored study's trials (no training fixture)
 def test_a_study_made_before_the_move_resumes(tiny_task: Path) -> None:
     """The stored study (its fingerprint, no trials yet) is resumed by `suite run`, not refused, and
     adopts today's software stack into its fingerprint."""

@@ -117,6 +117,7 @@ CASES = [
 ]
 
 
+@pytest.mark.simulation
 @pytest.mark.parametrize("kind, sd, target", CASES)
 def test_the_width_rule_keeps_the_final_interval_covering(kind: str, sd: float, target: float) -> None:
     """Coverage of the true median by the interval the rule stops at >= 93% at nominal 95%; the

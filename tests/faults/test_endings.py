@@ -265,7 +265,7 @@ def test_a_study_stopped_partway_answers_report_and_compare_with_how_many_ended(
     root, trace = tiny_task.parent.parent, tmp_path / "trace"
     command = [sys.executable, "-m", "suite", "run", str(tiny_task), "--model", str(tiny_models["bert"])]
     command += ["--out", str(root / "runs"), "--data-dir", str(root / "data"), "--quiet", "--threads", "1"]
-    env = {**os.environ, "SUITE_TRACE": str(trace), "SUITE_STALL_AT": "trial:4"}
+    env = {**os.environ, "SUITE_TRACE": str(trace), "SUITE_STALL_AT": "trial:4", "PYTHONFAULTHANDLER": "1"}
     run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     def started() -> int:
@@ -276,7 +276,11 @@ def test_a_study_stopped_partway_answers_report_and_compare_with_how_many_ended(
         assert time.time() < deadline and run.poll() is None, run.stderr.read() if run.poll() else "slow"
         time.sleep(0.2)
     run.send_signal(signal.SIGINT)
-    out, err = run.communicate(timeout=120)
+    try:
+        out, err = run.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # where it hangs: each thread's stack (faulthandler, on SIGABRT)
+        run.send_signal(signal.SIGABRT)
+        pytest.fail("run did not end within 120 s of its Ctrl-C:\n" + run.communicate()[1][-6000:])
     assert run.returncode == 130, err[-3000:]
     assert "interrupted: 3 of 6 planned trials ended" in err and "size setting" in out, (out, err)
     folder = root / "runs" / "tiny" / "bert"
