@@ -11,6 +11,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
+@pytest.mark.cross_check  # `make cross-check`, a CI step of its own: 10 trainings, ~3 minutes of a core
 def test_default_head_lands_inside_the_reference_distribution(shared_data: Path) -> None:
     from scipy import stats
 
