@@ -257,3 +257,25 @@ def test_bad_hub_block_is_one_line_naming_the_field(
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"field '{field}" in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_clone_without_the_data_offline_is_one_line_naming_the_dataset_and_the_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """No SUITE_DATA_DIR (a clone without ../shared/data): `run ner` reads the task's pinned hub
+    source; where the hub cannot be reached that is one line, exit 2, before any trial, naming the
+    dataset and where local data would come from instead."""
+    import datasets
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("Couldn't reach 'eriktks/conll2003' on the Hub (OfflineModeIsEnabled)\nmore")
+
+    monkeypatch.delenv("SUITE_DATA_DIR", raising=False)
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    assert main(["run", "ner", "--out", str(tmp_path), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: task ner: field 'data.hub': dataset eriktks/conll2003 is not available (Couldn't reach "
+        "'eriktks/conll2003' on the Hub (OfflineModeIsEnabled)); a task with a local folder reads it "
+        "from --data-dir or SUITE_DATA_DIR instead (README, Install)"
+    )
+    assert not list(tmp_path.rglob("trials.jsonl"))  # no trial ran

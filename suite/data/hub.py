@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.config.task import DataSpec, HubSource
+from suite.data.paths import ENV_VAR
 from suite.errors import DataError
 from suite.provenance import file_sha256
 
@@ -68,8 +69,9 @@ def _load_all(hub: HubSource, task: str) -> Any:
         except Exception as err:  # noqa: BLE001 - network, missing repo, bad files: all "not available"
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
             where = f"{hub.path}" + (f"/{hub.name}" if hub.name else "")
-            raise DataError(
-                f"task {task}: field 'data.hub': dataset {where} is not available ({first})"
+            raise DataError(  # where the data would come from instead: a clone without the shared data
+                f"task {task}: field 'data.hub': dataset {where} is not available ({first}); a task "
+                f"with a local folder reads it from --data-dir or {ENV_VAR} instead (README, Install)"
             ) from None
     return _LOADED[key]
 
