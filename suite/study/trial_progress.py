@@ -13,6 +13,7 @@ import optuna
 from sqlalchemy.exc import SQLAlchemyError
 
 from suite.study.plan import PROGRESS_ATTR
+from suite.study.supervise import stop_point, stops_held
 
 PROGRESS_ENV = "SUITE_PROGRESS_S"  # seconds between a trial's progress writes (default 5)
 
@@ -38,6 +39,10 @@ class TrialProgress(L.Callback):
         self._send(trainer)
 
     def on_train_batch_end(self, trainer: L.Trainer, module: Any, *args: Any) -> None:
+        # A stop that a library swallowed (a KeyboardInterrupt raised inside a weakref callback
+        # during a collection is only printed, "Exception ignored in") stops the trial here, at
+        # its next step, not at its end.
+        stop_point()
         if time.monotonic() - self.last >= self.interval:
             self._send(trainer)
 
@@ -49,7 +54,9 @@ class TrialProgress(L.Callback):
 
     def _send(self, trainer: L.Trainer) -> None:
         try:
-            self._write(trainer)
+            # Held: a stop raised mid-write can leave its transaction open (a locked SQLite file).
+            with stops_held():
+                self._write(trainer)
         except optuna.exceptions.UpdateFinishedTrialError:
             raise TakenOver(self.trial.number) from None
         except (optuna.exceptions.StorageInternalError, SQLAlchemyError, OSError):
