@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,23 @@ settings.register_profile("wide", derandomize=False, database=None, print_blob=T
 settings.load_profile(os.environ.get("SUITE_HYPOTHESIS", "fixed"))
 
 ARCHITECTURES = ["bert", "roberta", "distilbert", "albert", "electra", "deberta-v2", "modernbert"]
+
+
+@pytest.fixture(autouse=True)
+def _stops_as_the_session_began() -> Iterator[None]:
+    """A test that runs suite code in this process can leave its stop handling behind (a worker's
+    handlers, a job's ignored stops, a stop received): each is put back after it, so a later test's
+    `suite` process never inherits an ignored SIGINT (a Ctrl-C test would wait on it forever)."""
+    import signal
+
+    from suite.study import supervise
+
+    saved = {sig: signal.getsignal(sig) for sig in supervise.STOPS}
+    yield
+    for sig, handler in saved.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
+    supervise._stop, supervise._held = None, 0
 
 
 @pytest.fixture(autouse=True)

@@ -184,11 +184,19 @@ def _sqlite_names(path: Path) -> list[str]:
 
     if not path.exists() or path.stat().st_size == 0:
         return []
-    with closing(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=60)) as connection:
-        query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'studies'"
-        if connection.execute(query).fetchone() is None:
-            return []
-        return [row[0] for row in connection.execute("SELECT study_name FROM studies")]
+    for mode in ("ro", "rw"):
+        try:
+            with closing(sqlite3.connect(f"file:{quote(str(path))}?mode={mode}", uri=True, timeout=60)) as db:
+                query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'studies'"
+                if db.execute(query).fetchone() is None:
+                    return []
+                return [row[0] for row in db.execute("SELECT study_name FROM studies")]
+        except sqlite3.OperationalError as err:
+            # A hot journal (a writer killed mid-write): only a connection that may write rolls it
+            # back, as Optuna's own open does next; read-only, SQLite answers "readonly database".
+            if mode == "rw" or "readonly" not in str(err):
+                raise
+    return []  # not reached: the read-write try returns or raises
 
 
 @functools.cache

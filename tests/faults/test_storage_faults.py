@@ -105,3 +105,27 @@ def test_a_heartbeat_the_storage_cannot_take_is_skipped_without_a_traceback(tmp_
         optuna.storages.RDBStorage.record_heartbeat(storage, trial._trial_id)
     assert "readonly" in str(raised.value.__cause__)
     storage.record_heartbeat(trial._trial_id)  # the suite's: skipped
+
+
+def test_a_hot_journal_left_by_a_killed_writer_is_rolled_back_not_refused(tmp_path: Path) -> None:
+    """A writer killed mid-transaction leaves a hot journal beside the SQLite file; reading which
+    studies it holds (what every command does first) rolls it back, as a read-write open does,
+    instead of refusing the storage with "attempt to write a readonly database"."""
+    from suite.study.storage import held_studies
+
+    db = tmp_path / "study.db"
+    writer = f"""
+import os, sqlite3
+c = sqlite3.connect({str(db)!r}, isolation_level=None)
+c.execute("CREATE TABLE studies (study_name TEXT)")
+c.execute("INSERT INTO studies VALUES ('kept')")
+c.execute("PRAGMA cache_size = 1")  # pages spill into the file before the commit
+c.execute("BEGIN")
+c.executemany("INSERT INTO studies VALUES (?)", [(str(i) * 200,) for i in range(2000)])
+os.kill(os.getpid(), 9)
+"""
+    subprocess.run([sys.executable, "-c", writer], check=False)
+    journal = tmp_path / "study.db-journal"
+    assert journal.is_file() and journal.stat().st_size > 0  # hot: the killed writer's
+    assert held_studies(f"sqlite:///{db}") == ["kept"]  # the uncommitted rows rolled back
+    assert not journal.exists() or journal.stat().st_size == 0
