@@ -35,18 +35,30 @@ settings.load_profile(os.environ.get("SUITE_HYPOTHESIS", "fixed"))
 ARCHITECTURES = ["bert", "roberta", "distilbert", "albert", "electra", "deberta-v2", "modernbert"]
 
 
+def as_from_a_terminal() -> None:
+    """A child's `preexec_fn`: SIGINT at its default, as in a command a terminal's Ctrl-C reaches. A
+    child inherits an ignored stop (and `run` keeps it: a background job's), and a test process under
+    pytest-xdist was seen to hold SIGINT ignored, so a Ctrl-C test's `run` ignored its Ctrl-C."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+_SESSION_STOPS: dict = {}
+
+
 @pytest.fixture(autouse=True)
 def _stops_as_the_session_began() -> Iterator[None]:
     """A test that runs suite code in this process can leave its stop handling behind (a worker's
-    handlers, a job's ignored stops, a stop received): each is put back after it, so a later test's
-    `suite` process never inherits an ignored SIGINT (a Ctrl-C test would wait on it forever)."""
+    handlers, a job's ignored stops, a stop received): put back as the session began after each."""
     import signal
 
     from suite.study import supervise
 
-    saved = {sig: signal.getsignal(sig) for sig in supervise.STOPS}
+    if not _SESSION_STOPS:  # the first test: as the session began
+        _SESSION_STOPS.update({sig: signal.getsignal(sig) for sig in supervise.STOPS})
     yield
-    for sig, handler in saved.items():
+    for sig, handler in _SESSION_STOPS.items():
         if handler is not None and signal.getsignal(sig) is not handler:
             signal.signal(sig, handler)
     supervise._stop, supervise._held = None, 0

@@ -17,7 +17,7 @@ import optuna
 import pytest
 
 from suite.study.worker import put_back_note
-from tests.conftest import run_tiny
+from tests.conftest import as_from_a_terminal, run_tiny
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -158,7 +158,10 @@ def test_ctrl_c_with_two_workers_puts_running_trials_back_and_a_rerun_resumes(
     command = _rte_smoke(tmp_path, shared_data, "--workers", "2")
     db = tmp_path / "rte" / "minilm-l6" / "study.db"
     env = {**os.environ, "SUITE_STOP_GRACE_S": "3600"}
-    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_from_a_terminal,
+    )
     deadline = time.time() + 600
     while not (states := _trial_states(db))["COMPLETE"] or not states["RUNNING"]:
         assert time.time() < deadline and first.poll() is None, "no trial ended while another ran"

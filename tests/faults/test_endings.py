@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_tiny
+from tests.conftest import as_from_a_terminal, run_tiny
 
 pytestmark = pytest.mark.faults
 
@@ -266,7 +266,10 @@ def test_a_study_stopped_partway_answers_report_and_compare_with_how_many_ended(
     command = [sys.executable, "-m", "suite", "run", str(tiny_task), "--model", str(tiny_models["bert"])]
     command += ["--out", str(root / "runs"), "--data-dir", str(root / "data"), "--quiet", "--threads", "1"]
     env = {**os.environ, "SUITE_TRACE": str(trace), "SUITE_STALL_AT": "trial:4", "PYTHONFAULTHANDLER": "1"}
-    run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_from_a_terminal,
+    )
     deadline = time.time() + 300
     def started() -> int:
         lines = trace.read_text().splitlines() if trace.exists() else []
